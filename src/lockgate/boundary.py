@@ -1,0 +1,117 @@
+"""The provider boundary: `complete(history, tools) -> Message`.
+
+Only opening a stream is retried. Once a stream is acquired, every failure fails this
+response without a second request. The stream is closed on success, failure and
+cancellation, and a failure to close prevents dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import Sequence
+from typing import Protocol
+
+from .conversation import Message, ToolSpec
+from .errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
+from .events import DecisionReady, Observer, ResponseFailed, Retrying, ignore_event
+from .gate import GateLimits, ResponseGate
+from .providers.base import ProviderCodec
+from .retry import RetryPolicy, Sleep
+from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .transport import ByteStream, Transport
+
+
+class ModelClient(Protocol):
+    """What the agent loop awaits each turn."""
+
+    async def complete(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> Message: ...
+
+
+class StreamingModelClient:
+    """Encodes, opens with retry, decodes, gates and closes one response per call."""
+
+    def __init__(
+        self,
+        codec: ProviderCodec,
+        transport: Transport,
+        *,
+        observer: Observer = ignore_event,
+        retry: RetryPolicy | None = None,
+        limits: GateLimits | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        sleep: Sleep = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.codec = codec
+        self.transport = transport
+        self.observer = observer
+        self.retry = retry or RetryPolicy()
+        self.limits = limits or GateLimits()
+        self.max_event_bytes = max_event_bytes
+        self.sleep = sleep
+        self.rng = rng
+        self.opening_attempts = 0  # total over this client's life, for reports
+
+    async def complete(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
+        request = self.codec.encode(history, tools)
+        gate = ResponseGate(tools, self.observer, self.limits)
+        try:
+            stream = await self._open(request)
+            decision = await self._consume(stream, gate)
+        except ResponseFailure as failure:
+            self.observer(ResponseFailed(failure.kind, failure.message, gate.partial_text))
+            raise
+        self.observer(DecisionReady(decision))
+        return decision
+
+    async def _open(self, request: dict[str, object]) -> ByteStream:
+        attempts = self.retry.attempts
+        for attempt in range(1, attempts + 1):
+            self.opening_attempts += 1
+            try:
+                return await self.transport.open(request)
+            except OpenFailure as failure:
+                if not failure.retryable or attempt == attempts:
+                    raise
+                delay = self.retry.backoff(attempt, self.rng)
+                self.observer(Retrying(attempt + 1, attempts, delay, failure.message))
+                await self.sleep(delay)
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    async def _consume(self, stream: ByteStream, gate: ResponseGate) -> Message:
+        try:
+            decision = await self._read(stream, gate)
+        except BaseException as exc:  # failure or cancellation: close, then propagate
+            # The response already failed; that failure is what the caller sees.
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+            if isinstance(exc, StreamInterrupted):
+                raise ResponseFailure(FailureKind.TRANSPORT, f"stream broke: {exc}") from None
+            raise
+        try:
+            await stream.aclose()
+        except Exception as exc:
+            raise ResponseFailure(
+                FailureKind.CLEANUP,
+                f"closing the stream failed ({type(exc).__name__}); decision withheld",
+            ) from None
+        return decision
+
+    async def _read(self, stream: ByteStream, gate: ResponseGate) -> Message:
+        sse = SSEDecoder(self.max_event_bytes)
+        decoder = self.codec.new_decoder()
+        accept = gate.accept
+        decode = decoder.decode
+        async for chunk in stream:
+            for sse_event in sse.feed(chunk):
+                event = decode(sse_event)
+                if event is not None:
+                    decision = accept(event)
+                    if decision is not None:
+                        return decision
+        sse.finish()
+        raise ResponseFailure(
+            FailureKind.STREAM_ENDED, "stream ended without a terminal event; nothing executed"
+        )

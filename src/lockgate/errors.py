@@ -1,0 +1,48 @@
+"""Failures at the provider boundary, each with a machine-readable kind."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FailureKind(StrEnum):
+    """Why a response could not become a decision. Values appear in traces and the CLI."""
+
+    OPENING = "opening"  # the request could not be opened (HTTP status, connection)
+    STREAM_ENDED = "stream_ended"  # end of stream without a terminal event
+    TRANSPORT = "transport"  # the connection failed after the stream was acquired
+    MALFORMED_EVENT = "malformed_event"  # bytes or JSON that do not form a valid event
+    BOUND_EXCEEDED = "bound_exceeded"  # a size or count limit was passed
+    PROVIDER_ERROR = "provider_error"  # the provider sent an `error` event
+    RESPONSE_FAILED = "response_failed"  # the provider reported the response failed
+    RESPONSE_INCOMPLETE = "response_incomplete"  # e.g. cut off by the output limit
+    LIFECYCLE = "lifecycle"  # start/identity/order rules broken
+    CALL_MISMATCH = "call_mismatch"  # terminal calls differ from the streamed ones
+    INVALID_BATCH = "invalid_batch"  # a requested call failed validation
+    UNSUPPORTED_OUTPUT = "unsupported_output"  # an output item this adapter cannot replay
+    CLEANUP = "cleanup"  # closing the stream failed
+
+
+class ResponseFailure(Exception):
+    """One response failed; nothing it requested may run."""
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class OpenFailure(ResponseFailure):
+    """Opening the stream failed before any response byte arrived."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(FailureKind.OPENING, message)
+        self.retryable = retryable
+        self.status = status
+
+
+class StreamInterrupted(Exception):
+    """The byte stream broke after it was acquired (raised by transports)."""

@@ -1,0 +1,1 @@
+"""The failure laboratory: authored provider streams replayed through the real pipeline."""

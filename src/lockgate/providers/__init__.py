@@ -1,0 +1,1 @@
+"""Provider encoders and decoders. Provider-specific code lives only here."""

@@ -1,0 +1,23 @@
+"""The transport seam: open a request, get a closable stream of bytes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Protocol
+
+
+class ByteStream(Protocol):
+    """An acquired response body. Iterating raises StreamInterrupted on transport errors."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Opens one streaming request. Raises OpenFailure (retryable or not) before any byte of
+    the response body arrived; owns its connections and closes them in `aclose`."""
+
+    async def open(self, request: Mapping[str, Any]) -> ByteStream: ...
+
+    async def aclose(self) -> None: ...
