@@ -17,9 +17,9 @@ from .conversation import Message, ToolSpec
 from .errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from .events import DecisionReady, Observer, ResponseFailed, Retrying, ignore_event
 from .gate import GateLimits, ResponseGate
-from .providers.base import ProviderCodec
+from .providers.base import ProviderCodec, StreamDecoder
 from .retry import RetryPolicy, Sleep
-from .sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 from .transport import ByteStream, Transport
 
 
@@ -102,16 +102,26 @@ class StreamingModelClient:
     async def _read(self, stream: ByteStream, gate: ResponseGate) -> Message:
         sse = SSEDecoder(self.max_event_bytes)
         decoder = self.codec.new_decoder()
-        accept = gate.accept
-        decode = decoder.decode
         async for chunk in stream:
-            for sse_event in sse.feed(chunk):
-                event = decode(sse_event)
-                if event is not None:
-                    decision = accept(event)
-                    if decision is not None:
-                        return decision
-        sse.finish()
+            decision = _advance(sse.feed(chunk), decoder, gate)
+            if decision is not None:
+                return decision
+        decision = _advance(sse.finish(), decoder, gate)
+        if decision is not None:
+            return decision
         raise ResponseFailure(
             FailureKind.STREAM_ENDED, "stream ended without a terminal event; nothing executed"
         )
+
+
+def _advance(
+    sse_events: list[ServerSentEvent], decoder: StreamDecoder, gate: ResponseGate
+) -> Message | None:
+    """Decode and gate complete SSE events; the decision, if the terminal event was among them."""
+    for sse_event in sse_events:
+        event = decoder.decode(sse_event)
+        if event is not None:
+            decision = gate.accept(event)
+            if decision is not None:
+                return decision
+    return None

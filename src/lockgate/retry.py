@@ -31,7 +31,7 @@ class RetryPolicy:
     def backoff(self, failed_attempts: int, rng: random.Random | None = None) -> float:
         """Delay after `failed_attempts` (1-based) failed openings."""
         generator = rng or _RANDOM
-        delay = min(self.base_delay * 2 ** (failed_attempts - 1), self.max_delay)
+        delay = min(self.base_delay * 2.0 ** (failed_attempts - 1), self.max_delay)
         return delay * generator.uniform(1 - self.jitter, 1 + self.jitter)
 
 

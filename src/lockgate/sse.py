@@ -67,15 +67,16 @@ class SSEDecoder:
         return events
 
     def finish(self) -> list[ServerSentEvent]:
-        """End of stream. A final line without its terminator still counts as a line; an
+        """End of stream. A CR held back as a possible half of CRLF ends its line; an
         event without its closing blank line is incomplete and is discarded (as the SSE
         specification says)."""
+        events = self._lines([bytes(self._partial)]) if self._pending_cr else []
         self._partial = bytearray()
         self._pending_cr = False
         self._data = []
         self._event = None
         self._event_size = 0
-        return []
+        return events
 
     def _check_size(self, pending_line: int) -> None:
         if self._event_size + pending_line > self._max:

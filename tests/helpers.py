@@ -1,0 +1,94 @@
+"""Shared test helpers: scripted turns and a client wired to the in-process replay."""
+
+from __future__ import annotations
+
+import random
+
+from lockgate.boundary import StreamingModelClient
+from lockgate.events import Event
+from lockgate.lab.replay import ReplayTransport
+from lockgate.lab.script import ResponseBuilder, Turn
+from lockgate.providers.openai_responses import ResponsesCodec
+
+EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
+
+
+def edit_turn(response_id: str = "resp_1", **options: object) -> Turn:
+    builder = ResponseBuilder(response_id).created().call("fc_1", "call_1", "edit", EDIT)
+    return builder.completed().turn(**options)
+
+
+def text_turn(text: str = "All done.", response_id: str = "resp_t") -> Turn:
+    return ResponseBuilder(response_id).created().text("msg_1", text).completed().turn()
+
+
+class Recorder:
+    """Collects observer events and sleep requests."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.sleeps: list[float] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    async def sleep(self, delay: float) -> None:
+        self.sleeps.append(delay)
+
+
+def replay_client(
+    turns: list[Turn], recorder: Recorder | None = None
+) -> tuple[StreamingModelClient, ReplayTransport, Recorder]:
+    recorder = recorder or Recorder()
+    transport = ReplayTransport(turns)
+    client = StreamingModelClient(
+        ResponsesCodec("test-model"),
+        transport,
+        observer=recorder,
+        sleep=recorder.sleep,
+        rng=random.Random(1),
+    )
+    return client, transport, recorder
+
+
+class ServerThread:
+    """Runs `serve_script` on its own event loop in a thread, for subprocess tests."""
+
+    def __init__(self, turns: list[Turn]) -> None:
+        import asyncio
+        import threading
+
+        from lockgate.lab.server import ScriptedServer, serve_script
+
+        self._turns = turns
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.server: ScriptedServer | None = None
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            async with serve_script(self._turns) as server:
+                self.server = server
+                self._ready.set()
+                await self._stop.wait()
+
+        self._thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("scripted server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None
+        assert self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    @property
+    def base_url(self) -> str:
+        assert self.server is not None
+        return self.server.base_url

@@ -1,0 +1,227 @@
+"""The command line as users run it: subprocesses, loopback servers, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from lockgate.fixture import CALCULATOR
+from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, repair_turns
+from lockgate.lab.script import ResponseBuilder
+
+from .helpers import EDIT, ServerThread
+
+FAKE_KEY = "sk-lockgate-FAKE-KEY-7f3a9c"
+
+
+def lockgate(
+    *args: str, key: str | None = FAKE_KEY, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    if key is not None:
+        env["OPENAI_API_KEY"] = key
+    return subprocess.run(
+        [sys.executable, "-m", "lockgate", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in result.stderr
+    assert "Traceback" not in result.stdout
+
+
+def test_lab_runs_every_scenario_and_exits_zero() -> None:
+    result = lockgate("lab")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for scenario in SCENARIOS:
+        assert scenario.name in result.stdout
+    assert f"{len(SCENARIOS)} of {len(SCENARIOS)} scenarios behaved as expected" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "name", ["disconnect", "malformed", "output-limit", "second-call-invalid", "cleanup-failure"]
+)
+def test_lab_failure_scenario_trace(name: str) -> None:
+    result = lockgate("lab", "--scenario", name)
+    assert result.returncode == 0, result.stderr
+    assert "stopped: provider_failure (" in result.stdout
+    assert "executed tools: 0" in result.stdout
+    assert result.stdout.endswith("final calculator.py:\n" + CALCULATOR)
+
+
+def test_lab_repair_trace_shows_fixed_file() -> None:
+    result = lockgate("lab", "--scenario", "repair")
+    assert result.returncode == 0
+    assert "stopped: model_finished" in result.stdout
+    assert "executed tools: 6" in result.stdout
+    assert result.stdout.endswith("final calculator.py:\n" + FIXED_SOURCE)
+
+
+def test_lab_retry_trace_reports_retries() -> None:
+    result = lockgate("lab", "--scenario", "retry")
+    assert result.returncode == 0
+    assert "retry opening: attempt 2/3" in result.stderr
+    assert "retry opening: attempt 3/3" in result.stderr
+
+
+def test_lab_json_trace_is_json_lines() -> None:
+    result = lockgate("lab", "--scenario", "repair", "--json")
+    assert result.returncode == 0
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = {record["event"] for record in records}
+    assert {
+        "response_started",
+        "text_delta",
+        "tool_started",
+        "tool_finished",
+        "decision_ready",
+        "final",
+    } <= kinds
+    assert records[-1]["source"] == FIXED_SOURCE
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("lab", "--scenario", "nope"),
+        ("run", "--max-turns", "0"),
+        ("run", "--max-turns", "x"),
+        ("run", "--base-url", "ftp://x"),
+        ("bogus",),
+        (),
+    ],
+)
+def test_bad_arguments_exit_two_with_one_line_error(args: tuple[str, ...]) -> None:
+    result = lockgate(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("lockgate: error:")
+    assert_no_traceback(result)
+
+
+def test_run_without_key_makes_no_request() -> None:
+    with ServerThread(repair_turns()) as server:
+        result = lockgate("run", "--base-url", server.base_url, key=None)
+        assert server.server is not None
+        assert server.server.requests == []
+    assert result.returncode == 2
+    assert "OPENAI_API_KEY is not set" in result.stderr
+    assert_no_traceback(result)
+
+
+def input_items(request: Any) -> list[dict[str, Any]]:
+    return list(request.body["input"])
+
+
+def test_run_repairs_against_a_loopback_provider() -> None:
+    with ServerThread(repair_turns()) as server:
+        result = lockgate(
+            "run", "--base-url", server.base_url, "--model", "any", "--allow-execution"
+        )
+        assert server.server is not None
+        requests = server.server.requests
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith("final calculator.py:\n" + FIXED_SOURCE)
+    assert "stopped: model_finished" in result.stdout
+    assert len(requests) == 7
+    for number, request in enumerate(requests):
+        assert request.method == "POST"
+        assert request.path == "/v1/responses"
+        assert request.headers["authorization"] == "Bearer [redacted]"
+        body = request.body
+        assert body["model"] == "any"
+        assert body["store"] is False
+        assert body["stream"] is True
+        assert body["parallel_tool_calls"] is False
+        assert body["max_output_tokens"] == 2048
+        assert "previous_response_id" not in body
+        assert [tool["name"] for tool in body["tools"]] == ["discover", "read", "edit", "test"]
+        items = input_items(request)
+        assert items[0]["role"] == "system"
+        assert items[1]["role"] == "user"
+        calls = [item for item in items if item.get("type") == "function_call"]
+        outputs = [item for item in items if item.get("type") == "function_call_output"]
+        assert len(calls) == len(outputs) == number  # every earlier call and its result
+        for call in calls:  # each output directly follows its call
+            index = items.index(call)
+            assert items[index + 1] == {
+                **items[index + 1],
+                "type": "function_call_output",
+                "call_id": call["call_id"],
+            }
+        if number:  # the full history grows; earlier requests are a prefix
+            assert (
+                input_items(requests[number - 1]) == items[: len(input_items(requests[number - 1]))]
+            )
+    last_items = input_items(requests[-1])
+    edit_call = next(i for i in last_items if i.get("name") == "edit")
+    assert json.loads(edit_call["arguments"]) == EDIT
+    results = [str(i["output"]) for i in last_items if i.get("type") == "function_call_output"]
+    assert results[2].startswith("exit status 1")
+    assert results[5].startswith("exit status 0")
+    assert FAKE_KEY not in result.stdout + result.stderr
+
+
+def test_run_without_permission_exposes_only_read_tools() -> None:
+    answer = (
+        ResponseBuilder("resp_a").created().text("msg", "add subtracts; use +.").completed().turn()
+    )
+    with ServerThread([answer]) as server:
+        result = lockgate("run", "--base-url", server.base_url)
+        assert server.server is not None
+        body = server.server.requests[0].body
+    assert result.returncode == 0
+    assert [tool["name"] for tool in body["tools"]] == ["discover", "read"]
+    assert body["model"] == "gpt-4.1-mini"
+
+
+def test_run_provider_failure_exits_one_and_prints_the_file() -> None:
+    cut = ResponseBuilder("resp_cut").created().call("fc_1", "call_1", "edit", EDIT).turn()
+    with ServerThread([cut]) as server:
+        result = lockgate("run", "--base-url", server.base_url, "--allow-execution")
+    assert result.returncode == 1
+    assert "stopped: provider_failure (stream_ended:" in result.stdout
+    assert "executed tools: 0" in result.stdout
+    assert result.stdout.endswith("final calculator.py:\n" + CALCULATOR)
+    assert_no_traceback(result)
+
+
+def test_run_turn_limit_exits_one() -> None:
+    with ServerThread(repair_turns()) as server:
+        result = lockgate(
+            "run", "--base-url", server.base_url, "--allow-execution", "--max-turns", "2"
+        )
+    assert result.returncode == 1
+    assert "stopped: turn_limit" in result.stdout
+
+
+def test_run_http_error_is_one_line_without_retry() -> None:
+    from lockgate.lab.script import Turn
+
+    unauthorized = Turn(
+        status=401,
+        body={
+            "error": {
+                "message": "Incorrect API key provided: sk-lockg***",
+                "code": "invalid_api_key",
+            }
+        },
+    )
+    with ServerThread([unauthorized]) as server:
+        result = lockgate("run", "--base-url", server.base_url)
+        assert server.server is not None
+        assert len(server.server.requests) == 1
+    assert result.returncode == 1
+    assert "stopped: provider_failure (opening: HTTP 401 invalid_api_key" in result.stdout
+    assert FAKE_KEY not in result.stdout + result.stderr
+    assert_no_traceback(result)
