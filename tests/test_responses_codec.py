@@ -211,3 +211,10 @@ def test_unknown_events_done_events_and_done_sentinel_are_progress() -> None:
     assert decode({"type": "response.output_item.done", "item": {"type": "function_call"}}) is None
     assert decode({"type": "response.function_call_arguments.done", "arguments": "{}"}) is None
     assert decode(b"[DONE]") is None
+
+
+def test_json_whitespace_is_tolerated_and_trailing_data_is_not() -> None:
+    spaced = b'  {"type": "response.output_text.delta", "delta": "a"}  \n'
+    assert decode(spaced) == TextDelta("a")
+    with pytest.raises(ResponseFailure, match="not valid JSON"):
+        decode(b'{"type": "response.output_text.delta", "delta": "a"} {"x": 1}')

@@ -84,3 +84,12 @@ def test_blank_lines_without_data_dispatch_nothing() -> None:
 def test_rejects_non_positive_bound() -> None:
     with pytest.raises(ValueError, match="positive"):
         SSEDecoder(0)
+
+
+def test_event_name_with_multi_line_data_and_comments_between_fields() -> None:
+    payload = b"event: e\n: note\ndata: 1\ndata: 2\n\nevent: f\ndata: 3\nid: 9\n\n"
+    assert decode_all([payload]) == [ServerSentEvent("e", b"1\n2"), ServerSentEvent("f", b"3")]
+
+
+def test_field_without_colon_and_data_without_space() -> None:
+    assert decode_all([b"data\n\ndata:x\n\n"]) == [ServerSentEvent(None, b""), ServerSentEvent(None, b"x")]

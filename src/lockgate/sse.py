@@ -17,6 +17,7 @@ DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 _LF = b"\n"
 _CR = b"\r"
+_BLANK = b"\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,19 +27,20 @@ class ServerSentEvent:
 
 
 class SSEDecoder:
-    """Incremental SSE decoder with a per-event size bound."""
+    """Incremental SSE decoder with a per-event size bound.
 
-    __slots__ = ("_data", "_event", "_event_size", "_max", "_partial", "_pending_cr")
+    Line ends are normalized to LF, so events are the frames between blank lines
+    (`\n\n`). The unfinished frame is the only thing retained, and its size is the bound.
+    """
+
+    __slots__ = ("_max", "_partial", "_pending_cr")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         if max_event_bytes <= 0:
             raise ValueError("max_event_bytes must be positive")
         self._max = max_event_bytes
-        self._partial = bytearray()  # an unterminated line
-        self._pending_cr = False  # chunk ended in CR: may be half of a CRLF
-        self._data: list[bytes] = []
-        self._event: str | None = None
-        self._event_size = 0
+        self._partial = bytearray()  # the unfinished frame
+        self._pending_cr = False  # the last chunk ended in CR: maybe half of a CRLF
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Accept the next bytes; return the events they completed."""
@@ -50,65 +52,64 @@ class SSEDecoder:
                 self._pending_cr = True
                 chunk = chunk[:-1]
             chunk = chunk.replace(b"\r\n", _LF).replace(_CR, _LF)
-        last = chunk.rfind(_LF)
-        if last < 0:
-            self._partial += chunk
-            self._check_size(len(self._partial))
+        partial = self._partial
+        searched_from = len(partial) - 1 if partial else 0
+        partial += chunk
+        if partial.find(_BLANK, searched_from) < 0:
+            self._check_size()
             return []
-        if self._partial:
-            self._partial += chunk[:last]
-            lines = bytes(self._partial).split(_LF)
-            self._partial = bytearray(chunk[last + 1 :])
-        else:
-            lines = chunk[:last].split(_LF)
-            self._partial = bytearray(chunk[last + 1 :])
-        events = self._lines(lines)
-        self._check_size(len(self._partial))
-        return events
+        frames = bytes(partial).split(_BLANK)
+        self._partial = bytearray(frames.pop())
+        self._check_size()
+        return _events(frames)
 
     def finish(self) -> list[ServerSentEvent]:
         """End of stream. A CR held back as a possible half of CRLF ends its line; an
         event without its closing blank line is incomplete and is discarded (as the SSE
         specification says)."""
-        events = self._lines([bytes(self._partial)]) if self._pending_cr else []
+        events = []
+        if self._pending_cr and self._partial.endswith(_LF):
+            events = _events([bytes(self._partial[:-1])])
         self._partial = bytearray()
         self._pending_cr = False
-        self._data = []
-        self._event = None
-        self._event_size = 0
         return events
 
-    def _check_size(self, pending_line: int) -> None:
-        if self._event_size + pending_line > self._max:
+    def _check_size(self) -> None:
+        if len(self._partial) > self._max:
             raise ResponseFailure(
                 FailureKind.BOUND_EXCEEDED,
                 f"one SSE event exceeded {self._max} bytes",
             )
 
-    def _lines(self, lines: list[bytes]) -> list[ServerSentEvent]:
-        events: list[ServerSentEvent] = []
-        data = self._data
-        for line in lines:
-            if not line:
-                if data:
-                    events.append(
-                        ServerSentEvent(self._event, data[0] if len(data) == 1 else _LF.join(data))
-                    )
-                    data = self._data = []
-                self._event = None
-                self._event_size = 0
+
+def _events(frames: list[bytes]) -> list[ServerSentEvent]:
+    events: list[ServerSentEvent] = []
+    for frame in frames:
+        # Fast paths for the common shapes: `data: X` and `event: NAME` + `data: X`.
+        if frame.startswith(b"data: "):
+            if _LF not in frame:
+                events.append(ServerSentEvent(None, frame[6:]))
                 continue
-            if line[0] == 58:  # ':' comment / keep-alive
+        elif frame.startswith(b"event: "):
+            newline = frame.find(_LF)
+            if newline > 0 and frame.startswith(b"data: ", newline + 1):
+                if frame.find(_LF, newline + 1) < 0:
+                    name = frame[7:newline].decode("utf-8", "replace")
+                    events.append(ServerSentEvent(name, frame[newline + 7 :]))
+                    continue
+        name: str | None = None
+        data: bytes | None = None
+        for line in frame.split(_LF):
+            if not line or line[0] == 58:  # blank (leading) line or ':' comment
                 continue
-            name, colon, value = line.partition(b":")
+            field, colon, value = line.partition(b":")
             if colon and value[:1] == b" ":
                 value = value[1:]
-            if name == b"data":
-                data.append(value)
-                self._event_size += len(value) + 1
-                if self._event_size > self._max:
-                    self._check_size(0)
-            elif name == b"event":
-                self._event = value.decode("utf-8", "replace")
-            # `id` and `retry` fields and unknown fields are ignored.
-        return events
+            if field == b"data":
+                data = value if data is None else data + _LF + value
+            elif field == b"event":
+                name = value.decode("utf-8", "replace")
+            # `id`, `retry` and unknown fields are ignored.
+        if data is not None:
+            events.append(ServerSentEvent(name, data))
+    return events

@@ -34,6 +34,20 @@ from ..sse import ServerSentEvent
 
 DEFAULT_MAX_OUTPUT_TOKENS = 2048
 
+_JSON = json.JSONDecoder()
+_scan_json = _JSON.scan_once
+
+
+def _parse_json(text: str) -> object:
+    """`json.loads` for UTF-8-decoded text, without its per-call overheads."""
+    try:
+        value, end = _scan_json(text, 0)
+    except StopIteration:  # leading whitespace, or nothing valid: the full decoder decides
+        return _JSON.decode(text)
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        raise ValueError("extra data after the JSON value")
+    return value
+
 
 class ResponsesCodec:
     """The OpenAI Responses request encoder and stream decoder factory."""
@@ -155,7 +169,7 @@ class ResponsesDecoder:
         if data == b"[DONE]":
             return None
         try:
-            payload = json.loads(data)
+            payload = _parse_json(data.decode("utf-8"))
         except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
             raise _malformed(f"event data is not valid JSON ({exc.__class__.__name__})") from None
         if type(payload) is not dict:
