@@ -20,7 +20,7 @@ import json
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -102,7 +102,12 @@ def run_sdk(payload: bytes) -> int:
 
     async def consume() -> int:
         http_client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-        client = openai.AsyncOpenAI(api_key="sk-bench", base_url="http://bench.test/v1", max_retries=0, http_client=http_client)  # type: ignore[arg-type]
+        client = openai.AsyncOpenAI(
+            api_key="sk-bench",
+            base_url="http://bench.test/v1",
+            max_retries=0,
+            http_client=cast(Any, http_client),  # the SDK also takes legacy httpx clients
+        )
         count = 0
         stream = await client.responses.create(model="bench", input="go", stream=True)
         async for _event in stream:

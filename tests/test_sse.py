@@ -92,4 +92,7 @@ def test_event_name_with_multi_line_data_and_comments_between_fields() -> None:
 
 
 def test_field_without_colon_and_data_without_space() -> None:
-    assert decode_all([b"data\n\ndata:x\n\n"]) == [ServerSentEvent(None, b""), ServerSentEvent(None, b"x")]
+    assert decode_all([b"data\n\ndata:x\n\n"]) == [
+        ServerSentEvent(None, b""),
+        ServerSentEvent(None, b"x"),
+    ]

@@ -92,11 +92,14 @@ def _events(frames: list[bytes]) -> list[ServerSentEvent]:
                 continue
         elif frame.startswith(b"event: "):
             newline = frame.find(_LF)
-            if newline > 0 and frame.startswith(b"data: ", newline + 1):
-                if frame.find(_LF, newline + 1) < 0:
-                    name = frame[7:newline].decode("utf-8", "replace")
-                    events.append(ServerSentEvent(name, frame[newline + 7 :]))
-                    continue
+            if (
+                newline > 0
+                and frame.startswith(b"data: ", newline + 1)
+                and frame.find(_LF, newline + 1) < 0
+            ):
+                label = frame[7:newline].decode("utf-8", "replace")
+                events.append(ServerSentEvent(label, frame[newline + 7 :]))
+                continue
         name: str | None = None
         data: bytes | None = None
         for line in frame.split(_LF):

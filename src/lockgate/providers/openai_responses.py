@@ -35,7 +35,7 @@ from ..sse import ServerSentEvent
 DEFAULT_MAX_OUTPUT_TOKENS = 2048
 
 _JSON = json.JSONDecoder()
-_scan_json = _JSON.scan_once
+_scan_json: Callable[[str, int], tuple[object, int]] = _JSON.scan_once  # type: ignore[attr-defined]
 
 
 def _parse_json(text: str) -> object:
