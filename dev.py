@@ -51,9 +51,17 @@ def ensure_environment() -> None:
         return
     print("dev.py: installing locked dependencies into .venv (first use) ...", file=sys.stderr)
     if not _venv_bin("python").exists():
-        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+        try:
+            venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+        except (OSError, subprocess.CalledProcessError):
+            # Some distributions ship python3 without ensurepip: make the environment
+            # without pip and drive it with the outer pip (`pip --python`).
+            venv.EnvBuilder(with_pip=False, clear=True).create(VENV)
     python = str(_venv_bin("python"))
-    pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+    if subprocess.call([python, "-m", "pip", "--version"], stdout=subprocess.DEVNULL) == 0:
+        pip = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+    else:
+        pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check", "-q"]
     steps = [
         [*pip, "install", "--require-hashes", "-r", str(LOCK)],
         [*pip, "install", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
