@@ -13,9 +13,9 @@ from lockgate.providers.openai_responses import ResponsesCodec
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
 
 
-def edit_turn(response_id: str = "resp_1", **options: object) -> Turn:
+def edit_turn(response_id: str = "resp_1") -> Turn:
     builder = ResponseBuilder(response_id).created().call("fc_1", "call_1", "edit", EDIT)
-    return builder.completed().turn(**options)
+    return builder.completed().turn()
 
 
 def text_turn(text: str = "All done.", response_id: str = "resp_t") -> Turn:

@@ -11,7 +11,7 @@ from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from lockgate.events import DecisionReady, ResponseFailed, Retrying
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import ResponseBuilder, Turn, sse_bytes
+from lockgate.lab.script import Faults, ResponseBuilder, Turn, sse_bytes
 from lockgate.providers.openai_responses import ResponsesCodec
 from lockgate.retry import RetryPolicy
 
@@ -174,7 +174,7 @@ async def test_cancellation_closes_the_stream() -> None:
         ResponseBuilder("resp_1")
         .created()
         .call("fc_1", "call_1", "edit", '{"path": ', finish=False)
-        .turn(end="hang")
+        .turn(faults=Faults(end="hang"))
     )
     client, transport, _ = replay_client([hang])
     task = asyncio.create_task(client.complete(HISTORY, ALL_TOOLS))

@@ -5,10 +5,28 @@ import dataclasses
 import pytest
 
 from lockgate.fixture import CALCULATOR
-from lockgate.lab.runner import run_scenario
-from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, SCENARIOS_BY_NAME, Expectation
+from lockgate.lab.runner import LabTransport, run_scenario
+from lockgate.lab.scenarios import (
+    FIXED_SOURCE,
+    SCENARIOS,
+    SCENARIOS_BY_NAME,
+    Expectation,
+    Scenario,
+)
 
-REQUIRED = {
+REQUIRED_HTTP = {
+    "reset-mid-stream",
+    "clean-eof",
+    "stall",
+    "slow-drip",
+    "giant-frame",
+    "malformed-json",
+    "http-401",
+    "http-429-quota",
+    "http-503-then-ok",
+    "utf8-split",
+}
+REQUIRED = REQUIRED_HTTP | {
     "repair",
     "retry",
     "disconnect",
@@ -30,9 +48,12 @@ def test_every_required_scenario_exists() -> None:
     assert set(SCENARIOS_BY_NAME) >= REQUIRED
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
-async def test_scenario_behaves_as_expected(scenario) -> None:  # type: ignore[no-untyped-def]
-    result = await run_scenario(scenario)
+RUNS = [(scenario, kind) for scenario in SCENARIOS for kind in sorted(scenario.transports)]
+
+
+@pytest.mark.parametrize(("scenario", "kind"), RUNS, ids=[f"{s.name}-{k}" for s, k in RUNS])
+async def test_scenario_behaves_as_expected(scenario: Scenario, kind: LabTransport) -> None:
+    result = await run_scenario(scenario, kind)
     assert result.problems == []
     assert result.observed == scenario.expect.outcome
     assert result.streams_closed
@@ -40,6 +61,9 @@ async def test_scenario_behaves_as_expected(scenario) -> None:  # type: ignore[n
         assert result.tools_executed == 0
         assert result.final_source == CALCULATOR
         assert result.attempts == 1
+    if kind == "http":
+        assert result.server is not None
+        assert result.server.requests == result.attempts
 
 
 async def test_repair_fixes_the_file_and_retry_takes_three_attempts() -> None:
@@ -61,3 +85,11 @@ async def test_lab_reports_an_unexpected_success_as_a_problem() -> None:
     assert any("outcome model_finished" in p for p in result.problems)
     assert any("tools executed" in p for p in result.problems)
     assert any("changed" in p for p in result.problems)
+
+
+async def test_http_lab_reports_server_disagreement() -> None:
+    # Expecting the client to stay to the end of a stall must be reported as a problem.
+    stall = SCENARIOS_BY_NAME["stall"]
+    wrong = dataclasses.replace(stall, expect=dataclasses.replace(stall.expect, closed_early=0))
+    result = await run_scenario(wrong, "http")
+    assert any("closed early" in p for p in result.problems)

@@ -22,6 +22,9 @@ from .retry import RetryPolicy, Sleep
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 from .transport import ByteStream, Transport
 
+DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0
+DEFAULT_DEADLINE_SECONDS = 600.0
+
 
 class ModelClient(Protocol):
     """What the agent loop awaits each turn."""
@@ -41,6 +44,8 @@ class StreamingModelClient:
         retry: RetryPolicy | None = None,
         limits: GateLimits | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT_SECONDS,
+        deadline: float = DEFAULT_DEADLINE_SECONDS,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -50,6 +55,10 @@ class StreamingModelClient:
         self.retry = retry or RetryPolicy()
         self.limits = limits or GateLimits()
         self.max_event_bytes = max_event_bytes
+        if idle_timeout <= 0 or deadline <= 0:
+            raise ValueError("idle_timeout and deadline must be positive")
+        self.idle_timeout = idle_timeout
+        self.deadline = deadline
         self.sleep = sleep
         self.rng = rng
         self.opening_attempts = 0  # total over this client's life, for reports
@@ -58,8 +67,17 @@ class StreamingModelClient:
         request = self.codec.encode(history, tools)
         gate = ResponseGate(tools, self.observer, self.limits)
         try:
-            stream = await self._open(request)
-            decision = await self._consume(stream, gate)
+            try:
+                async with asyncio.timeout(self.deadline) as whole:
+                    stream = await self._open(request)
+                    decision = await self._consume(stream, gate)
+            except TimeoutError:
+                if not whole.expired():
+                    raise
+                raise ResponseFailure(
+                    FailureKind.DEADLINE,
+                    f"no complete response within the {self.deadline:g} s deadline",
+                ) from None
         except ResponseFailure as failure:
             self.observer(ResponseFailed(failure.kind, failure.message, gate.partial_text))
             raise
@@ -102,7 +120,18 @@ class StreamingModelClient:
     async def _read(self, stream: ByteStream, gate: ResponseGate) -> Message:
         sse = SSEDecoder(self.max_event_bytes)
         decoder = self.codec.new_decoder()
-        async for chunk in stream:
+        chunks = aiter(stream)
+        idle = self.idle_timeout
+        while True:
+            try:
+                async with asyncio.timeout(idle):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise ResponseFailure(
+                    FailureKind.IDLE_TIMEOUT, f"no bytes for {idle:g} s; connection closed"
+                ) from None
             decision = _advance(sse.feed(chunk), decoder, gate)
             if decision is not None:
                 return decision

@@ -1,4 +1,4 @@
-"""The `lockgate` command line: `run` (live, opt-in) and `lab` (offline failure lab).
+"""The `lockgate` command line: `run` (live, opt-in), `lab` (failure lab), `serve`.
 
 Exit codes: 0 success (lab: every scenario as expected); 1 provider failure, turn limit or a
 lab scenario not as expected; 2 usage or configuration error; 130 interrupted.
@@ -8,24 +8,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ipaddress
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import httpx
 from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .boundary import StreamingModelClient
+from .boundary import DEFAULT_DEADLINE_SECONDS, DEFAULT_IDLE_TIMEOUT_SECONDS, StreamingModelClient
 from .display import HumanDisplay, JsonLinesDisplay, Redactor
 from .events import Observer
 from .fixture import create_fixture
-from .lab.runner import LabResult, run_scenario
-from .lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME
+from .lab.runner import LabResult, LabTransport, run_scenario
+from .lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from .lab.script import ScriptError, load_script
+from .lab.server import serve_script
 from .providers.openai_responses import ResponsesCodec
 from .providers.openai_transport import OpenAIResponsesTransport
 from .session import SessionOutcome, run_session
@@ -36,6 +41,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 DEFAULT_MODEL = "gpt-4.1-mini"
+SDK_READ_TIMEOUT_MARGIN_SECONDS = 5.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,6 +58,37 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 10**9:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("must be between 0 and 65535")
+    return value
+
+
+def _loopback_host(text: str) -> str:
+    host = "127.0.0.1" if text == "localhost" else text
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a loopback address")
+    return host
 
 
 def _base_url(text: str) -> str:
@@ -79,6 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--max-turns", type=_positive_int, default=10, help="turn limit (default 10)")
     run.add_argument("--json", action="store_true", help="events as JSON lines on stdout")
+    run.add_argument(
+        "--idle-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_IDLE_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="fail a response after this long without a byte (default 60)",
+    )
+    run.add_argument(
+        "--deadline",
+        type=_positive_seconds,
+        default=DEFAULT_DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help="fail a response that takes longer than this in total (default 600)",
+    )
 
     lab = commands.add_parser("lab", help="run the offline failure laboratory")
     lab.add_argument(
@@ -87,7 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="run one scenario with its full trace: " + ", ".join(s.name for s in SCENARIOS),
     )
+    lab.add_argument(
+        "--transport",
+        choices=["inprocess", "http", "both"],
+        default="both",
+        help="replay in-process, over loopback HTTP through the SDK, or both (default)",
+    )
     lab.add_argument("--json", action="store_true", help="trace as JSON lines on stdout")
+
+    serve = commands.add_parser(
+        "serve", help="serve a scripted, fault-injecting Responses provider on loopback"
+    )
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--scenario",
+        choices=[scenario.name for scenario in SCENARIOS],
+        metavar="NAME",
+        help="serve a lab scenario's turns",
+    )
+    source.add_argument("--script", type=Path, metavar="FILE", help="serve a JSON script")
+    serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
+    serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
     return parser
 
 
@@ -124,9 +195,22 @@ def _print_outcome(outcome: SessionOutcome, json_lines: bool, redact: Redactor) 
 async def _run_live(args: argparse.Namespace, api_key: str) -> int:
     redact = Redactor([api_key])
     observer = _observer(args.json, redact)
-    transport = OpenAIResponsesTransport(api_key=api_key, base_url=args.base_url)
-    client = StreamingModelClient(ResponsesCodec(args.model), transport, observer=observer)
-    with tempfile.TemporaryDirectory(prefix="lockgate-run-") as parent:
+    transport = OpenAIResponsesTransport(
+        api_key=api_key,
+        base_url=args.base_url,
+        read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
+    )
+    client = StreamingModelClient(
+        ResponsesCodec(args.model),
+        transport,
+        observer=observer,
+        idle_timeout=args.idle_timeout,
+        deadline=args.deadline,
+    )
+    with (
+        tempfile.TemporaryDirectory(prefix="lockgate-run-") as parent,
+        _interrupt_signal() as (interrupted),
+    ):
         try:
             outcome = await run_session(
                 create_fixture(Path(parent)),
@@ -134,54 +218,129 @@ async def _run_live(args: argparse.Namespace, api_key: str) -> int:
                 allow_execution=args.allow_execution,
                 max_turns=args.max_turns,
                 observer=observer,
+                interrupt=interrupted.wait,
             )
         finally:
             await transport.aclose()
         _print_outcome(outcome, args.json, redact)
+    if outcome.outcome == "interrupted":
+        return EXIT_INTERRUPTED
     return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
 
 
+@contextlib.contextmanager
+def _interrupt_signal() -> Iterator[asyncio.Event]:
+    """SIGINT/SIGTERM set an event instead of raising, so the run can stop cleanly."""
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    installed = []
+    for number in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(number, interrupted.set)
+            installed.append(number)
+    try:
+        yield interrupted
+    finally:
+        for number in installed:
+            loop.remove_signal_handler(number)
+
+
 def _lab_table(results: Sequence[LabResult], out: TextIO) -> None:
-    table = Table(title="lockgate lab (in-process replay)")
-    for column in ("scenario", "expected", "observed", "tools executed", "stream closed"):
+    table = Table(title="lockgate lab")
+    for column in ("scenario", "transport", "expected", "observed"):
         table.add_column(column)
-    table.add_column("opening attempts", justify="right")
+    for column in ("tools executed", "stream closed", "opening attempts", "server requests"):
+        table.add_column(column, justify="right")
+    table.add_column("client closed early", justify="right")
     table.add_column("result")
     for result in results:
+        server = result.server
         table.add_row(
             result.scenario.name,
+            result.transport,
             result.scenario.expect.outcome,
             result.observed,
             str(result.tools_executed),
             "yes" if result.streams_closed else "NO",
             str(result.attempts),
+            str(server.requests) if server else "-",
+            str(server.closed_early) if server else "-",
             "ok" if result.as_expected else "NOT AS EXPECTED: " + "; ".join(result.problems),
         )
-    Console(file=out, width=160, highlight=False).print(table)
+    Console(file=out, width=200, highlight=False).print(table)
+
+
+def _lab_runs(scenarios: Sequence[Scenario], transport: str) -> list[tuple[Scenario, LabTransport]]:
+    wanted: tuple[LabTransport, ...] = (
+        ("inprocess", "http") if transport == "both" else (cast(LabTransport, transport),)
+    )
+    return [(s, kind) for s in scenarios for kind in wanted if kind in s.transports]
 
 
 async def _run_lab(args: argparse.Namespace) -> int:
     if args.scenario is None:
-        results = [await run_scenario(scenario) for scenario in SCENARIOS]
+        results = [await run_scenario(s, kind) for s, kind in _lab_runs(SCENARIOS, args.transport)]
         _lab_table(results, sys.stdout)
         failed = [result for result in results if not result.as_expected]
-        print(f"{len(results) - len(failed)} of {len(results)} scenarios behaved as expected")
+        print(f"{len(results) - len(failed)} of {len(results)} runs behaved as expected")
         return EXIT_OK if not failed else EXIT_FAILED
     scenario = SCENARIOS_BY_NAME[args.scenario]
+    runs = _lab_runs([scenario], args.transport)
+    if not runs:
+        print(f"lockgate: scenario {scenario.name} runs only over http", file=sys.stderr)
+        return EXIT_USAGE
     redact = Redactor()
-    result = await run_scenario(scenario, _observer(args.json, redact))
-    _print_outcome(
-        SessionOutcome(result.observed, result.stopped, result.tools_executed, result.final_source),
-        args.json,
-        redact,
-    )
-    if not result.as_expected:
-        print(
-            f"scenario {scenario.name}: NOT AS EXPECTED: {'; '.join(result.problems)}",
-            file=sys.stderr,
+    code = EXIT_OK
+    for _, kind in runs:
+        print(f"== {scenario.name} ({kind}) ==", file=sys.stderr)
+        result = await run_scenario(scenario, kind, _observer(args.json, redact))
+        _print_outcome(
+            SessionOutcome(
+                result.observed, result.stopped, result.tools_executed, result.final_source
+            ),
+            args.json,
+            redact,
         )
-        return EXIT_FAILED
-    print(f"scenario {scenario.name}: as expected ({scenario.summary})", file=sys.stderr)
+        if result.as_expected:
+            print(f"scenario {scenario.name} ({kind}): as expected", file=sys.stderr)
+        else:
+            problems = "; ".join(result.problems)
+            print(
+                f"scenario {scenario.name} ({kind}): NOT AS EXPECTED: {problems}", file=sys.stderr
+            )
+            code = EXIT_FAILED
+    return code
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    if args.script is not None:
+        try:
+            turns = load_script(args.script.read_text(encoding="utf-8"))
+        except OSError as exc:
+            print(f"lockgate: cannot read script {args.script}: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
+        except (ScriptError, UnicodeDecodeError) as exc:
+            print(f"lockgate: invalid script {args.script}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        name = str(args.script)
+    else:
+        turns = SCENARIOS_BY_NAME[args.scenario].turns()
+        name = args.scenario
+    try:
+        context = serve_script(turns, args.host, args.port)
+        server = await context.__aenter__()
+    except OSError as exc:
+        print(
+            f"lockgate: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        print(f"serving {name} ({len(turns)} turns) at {server.base_url}", flush=True)
+        with _interrupt_signal() as stop:
+            await stop.wait()
+    finally:
+        await context.__aexit__(None, None, None)
+    print(f"lockgate serve: stopped after {len(server.requests)} requests", file=sys.stderr)
     return EXIT_OK
 
 
@@ -196,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return EXIT_USAGE
             secrets.append(api_key)
             return asyncio.run(_run_live(args, api_key))
+        if args.command == "serve":
+            return asyncio.run(_serve(args))
         return asyncio.run(_run_lab(args))
     except KeyboardInterrupt:
         print("stopped: interrupted", file=sys.stderr)

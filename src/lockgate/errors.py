@@ -21,6 +21,8 @@ class FailureKind(StrEnum):
     INVALID_BATCH = "invalid_batch"  # a requested call failed validation
     UNSUPPORTED_OUTPUT = "unsupported_output"  # an output item this adapter cannot replay
     CLEANUP = "cleanup"  # closing the stream failed
+    IDLE_TIMEOUT = "idle_timeout"  # no bytes arrived for the idle timeout
+    DEADLINE = "deadline"  # the response took longer than its total deadline
 
 
 class ResponseFailure(Exception):

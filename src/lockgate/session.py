@@ -23,6 +23,7 @@ class SessionOutcome:
     stopped: str
     executed_tools: int
     final_source: str
+    final_answer: str = ""  # the last assistant text, when the model finished
 
     @property
     def provider_failed(self) -> bool:
@@ -62,9 +63,11 @@ async def run_session(
                 run.cancel()
         outcome: str
         stopped: str
+        answer = ""
         try:
             result = await run
             outcome = stopped = result.stop_reason
+            answer = result.history[-1].content if result.stop_reason == "model_finished" else ""
         except ResponseFailure as failure:
             outcome = failure.kind
             stopped = f"provider_failure ({failure})"
@@ -78,4 +81,4 @@ async def run_session(
         if not run.done():
             run.cancel()
     source = (fixture / "calculator.py").read_text(encoding="utf-8", errors="replace")
-    return SessionOutcome(str(outcome), stopped, len(executor.executed), source)
+    return SessionOutcome(str(outcome), stopped, len(executor.executed), source, answer)

@@ -1,7 +1,7 @@
-"""In-process replay: a Transport that serves scripted turns as SSE bytes.
+"""In-process replay: a Transport that plays scripted turns without a socket.
 
-The bytes go through the same SSE decoder, provider decoder and gate as live traffic; only
-the socket is missing. It records every request and whether each stream was closed.
+The bytes are exactly those the loopback server would send (`body_actions`), and they go
+through the same SSE decoder, provider decoder and gate as live traffic.
 """
 
 from __future__ import annotations
@@ -10,38 +10,77 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import OpenFailure
+from ..errors import OpenFailure, StreamInterrupted
 from ..retry import classify_http_failure
-from .script import Turn, fragments, sse_bytes
+from ..transport import ByteStream, Transport
+from .script import Hang, Pause, Reset, Turn, body_actions
 
 
 class ScriptedStream:
     def __init__(self, turn: Turn, paused: asyncio.Event) -> None:
         self._turn = turn
         self._paused = paused
-        self.close_calls = 0
-
-    @property
-    def closed(self) -> bool:
-        return self.close_calls > 0
+        self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        payload = b"".join(sse_bytes(event) for event in self._turn.events)
-        for chunk in fragments(payload):
-            await asyncio.sleep(0)  # a real stream yields to the loop between reads
-            yield chunk
-        if self._turn.end == "hang":
-            self._paused.set()
-            await asyncio.Event().wait()  # silent until cancelled
+        for action in body_actions(self._turn):
+            if isinstance(action, bytes):
+                await asyncio.sleep(0)  # a real stream yields to the loop between reads
+                yield action
+            elif isinstance(action, Pause):
+                await asyncio.sleep(action.seconds)
+            elif isinstance(action, Reset):
+                raise StreamInterrupted("simulated connection reset by peer")
+            elif isinstance(action, Hang):
+                self._paused.set()
+                await asyncio.Event().wait()  # silent until cancelled
 
     async def aclose(self) -> None:
-        self.close_calls += 1
-        if self._turn.close_fails:
+        self.closed = True
+
+
+class InstrumentedTransport:
+    """Wraps any transport for the lab: records whether each acquired stream was closed,
+    and makes the stream opened for a turn with `close_fails` raise on close (after really
+    closing). A client-side fault, so it works the same over both transports."""
+
+    def __init__(self, inner: Transport, turns: Sequence[Turn]) -> None:
+        self._inner = inner
+        self._fails = [turn.faults.close_fails for turn in turns]
+        self.opens = 0
+        self.streams: list[TrackedStream] = []
+
+    async def open(self, request: Mapping[str, Any]) -> ByteStream:
+        index = self.opens
+        self.opens += 1
+        inner = await self._inner.open(request)
+        fails = index < len(self._fails) and self._fails[index]
+        stream = TrackedStream(inner, close_fails=fails)
+        self.streams.append(stream)
+        return stream
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class TrackedStream:
+    def __init__(self, inner: ByteStream, *, close_fails: bool) -> None:
+        self._inner = inner
+        self._close_fails = close_fails
+        self.closed = False
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._inner.__aiter__()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+        self.closed = True
+        if self._close_fails:
             raise OSError("simulated failure while closing the stream")
 
 
 class ReplayTransport:
-    """Serves one scripted turn per `open`; the script running out is a test error."""
+    """Serves one scripted turn per `open`; the script running out fails the opening."""
 
     def __init__(self, turns: Sequence[Turn]) -> None:
         self._turns = list(turns)

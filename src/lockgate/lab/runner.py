@@ -1,26 +1,46 @@
-"""Runs lab scenarios through the real pipeline and judges what they showed."""
+"""Runs lab scenarios through the real pipeline, in-process or over loopback HTTP with the
+real SDK, and judges what they showed."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ..boundary import StreamingModelClient
 from ..events import Observer, ignore_event
 from ..fixture import CALCULATOR, create_fixture
 from ..providers.openai_responses import ResponsesCodec
+from ..providers.openai_transport import OpenAIResponsesTransport
 from ..session import run_session
-from .replay import ReplayTransport
+from ..transport import Transport
+from .replay import InstrumentedTransport, ReplayTransport
 from .scenarios import FIXED_SOURCE, Scenario
+from .server import serve_script
 
+LabTransport = Literal["inprocess", "http"]
 LAB_MODEL = "lab-model"
+LAB_API_KEY = "lab-key-not-a-secret"
+LAB_IDLE_TIMEOUT_SECONDS = 1.0
+LAB_DEADLINE_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerView:
+    """What the loopback server saw (HTTP runs only)."""
+
+    requests: int
+    closed_early: int
 
 
 @dataclass(frozen=True, slots=True)
 class LabResult:
     scenario: Scenario
+    transport: LabTransport
     observed: str
     stopped: str
     tools_executed: int
@@ -28,6 +48,8 @@ class LabResult:
     streams_closed: bool
     attempts: int
     final_source: str
+    final_answer: str
+    server: ServerView | None = None
 
     @property
     def problems(self) -> list[str]:
@@ -47,6 +69,18 @@ class LabResult:
         wanted_source = FIXED_SOURCE if expect.fixed else CALCULATOR
         if self.final_source != wanted_source:
             problems.append("calculator.py is " + ("not fixed" if expect.fixed else "changed"))
+        if expect.answer is not None and self.final_answer != expect.answer:
+            problems.append(f"answer {self.final_answer!r}, expected {expect.answer!r}")
+        if self.server is not None:
+            if self.server.requests != self.attempts:
+                problems.append(
+                    f"server saw {self.server.requests} requests for {self.attempts} attempts"
+                )
+            if expect.closed_early is not None and self.server.closed_early != expect.closed_early:
+                problems.append(
+                    f"client closed early on {self.server.closed_early} streams, "
+                    f"expected {expect.closed_early}"
+                )
         return problems
 
     @property
@@ -54,41 +88,83 @@ class LabResult:
         return not self.problems
 
 
-async def run_scenario(scenario: Scenario, observer: Observer = ignore_event) -> LabResult:
-    """Replay one scenario in-process on a fresh fixture, with execution allowed."""
-    transport = ReplayTransport(scenario.turns())
-    delays: list[float] = []
+@dataclass(frozen=True, slots=True)
+class _Wiring:
+    transport: Transport
+    interrupt: Callable[[], Awaitable[object]]
+    server_view: Callable[[], Awaitable[ServerView | None]]
+
+
+@contextlib.asynccontextmanager
+async def _wiring(scenario: Scenario, kind: LabTransport) -> AsyncIterator[_Wiring]:
+    turns = scenario.turns()
+    if kind == "inprocess":
+        replay = ReplayTransport(turns)
+
+        async def no_server() -> None:
+            return None
+
+        yield _Wiring(replay, replay.paused.wait, no_server)
+        return
+    async with serve_script(turns) as server:
+        transport = OpenAIResponsesTransport(
+            api_key=LAB_API_KEY,
+            base_url=server.base_url,
+            timeout=10.0,
+            read_timeout=LAB_IDLE_TIMEOUT_SECONDS + 5,
+        )
+
+        async def view() -> ServerView:
+            await server.settle()
+            closed_early = sum(request.client_closed_early for request in server.requests)
+            return ServerView(len(server.requests), closed_early)
+
+        yield _Wiring(transport, server.paused.wait, view)
+
+
+async def run_scenario(
+    scenario: Scenario, transport: LabTransport = "inprocess", observer: Observer = ignore_event
+) -> LabResult:
+    """Run one scenario on a fresh fixture, with execution allowed; opening delays are
+    recorded, not slept (the attempt sequence is what matters)."""
 
     async def skip_wall_time(delay: float) -> None:
-        delays.append(delay)
+        pass
 
-    client = StreamingModelClient(
-        ResponsesCodec(LAB_MODEL),
-        transport,
-        observer=observer,
-        sleep=skip_wall_time,
-        rng=random.Random(0),
-    )
-    with tempfile.TemporaryDirectory(prefix="lockgate-lab-") as parent:
-        fixture = create_fixture(Path(parent))
-        try:
-            outcome = await run_session(
-                fixture,
-                client,
-                allow_execution=True,
-                max_turns=10,
-                observer=observer,
-                interrupt=transport.paused.wait,
-            )
-        finally:
-            await transport.aclose()
+    async with _wiring(scenario, transport) as wiring:
+        instrumented = InstrumentedTransport(wiring.transport, scenario.turns())
+        client = StreamingModelClient(
+            ResponsesCodec(LAB_MODEL),
+            instrumented,
+            observer=observer,
+            sleep=skip_wall_time,
+            rng=random.Random(0),
+            idle_timeout=LAB_IDLE_TIMEOUT_SECONDS,
+            deadline=LAB_DEADLINE_SECONDS,
+        )
+        with tempfile.TemporaryDirectory(prefix="lockgate-lab-") as parent:
+            try:
+                outcome = await run_session(
+                    create_fixture(Path(parent)),
+                    client,
+                    allow_execution=True,
+                    max_turns=10,
+                    observer=observer,
+                    interrupt=wiring.interrupt,
+                )
+            finally:
+                await instrumented.aclose()
+        server = await wiring.server_view()
     return LabResult(
         scenario=scenario,
+        transport=transport,
         observed=outcome.outcome,
         stopped=outcome.stopped,
         tools_executed=outcome.executed_tools,
-        streams_opened=len(transport.streams),
-        streams_closed=all(stream.closed for stream in transport.streams),
+        streams_opened=len(instrumented.streams),
+        streams_closed=all(stream.closed for stream in instrumented.streams),
         attempts=client.opening_attempts,
         final_source=outcome.final_source,
+        final_answer=outcome.final_answer,
+        server=server,
     )

@@ -1,41 +1,103 @@
 """Scripted provider turns: what a (mis)behaving provider does for each request.
 
 A script is a list of turns, one per request the client makes. A turn either fails the
-opening (an HTTP status with a body and headers, or a connection error) or streams native
-events, optionally followed by a fault. The same scripts drive the in-process replay and
-the loopback HTTP server.
+opening (an HTTP status with a body and headers, or a dropped connection) or streams native
+events shaped by `Faults`. `body_actions` turns a streaming turn into bytes and socket
+actions; the in-process replay and the loopback HTTP server both play exactly those, so the
+two transports see the same bytes.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-StreamEnd = Literal["eof", "hang"]
+DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
+GIANT_CHUNK_BYTES = 64 * 1024
+
+Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """How a streaming turn misbehaves. Event counts are 1-based (`after 2` = after the
+    second event)."""
+
+    reset_after: int | None = None  # connection reset (RST) after N events
+    stall_after: int | None = None  # no bytes for `stall_seconds` after N events
+    stall_seconds: float = 0.0
+    drip_ms: int | None = None  # send each fragment `drip_ms` apart
+    giant_frame_bytes: int | None = None  # after the events: a frame that never ends
+    endless: Literal["text", "unknown"] | None = None  # after the events: events forever
+    fragment_sizes: tuple[int, ...] = DEFAULT_FRAGMENTS  # byte boundaries, cycled
+    line_ending: Literal["lf", "crlf", "cr"] = "lf"
+    keepalive_every: int | None = None  # a `: keep-alive` comment every N events
+    done_sentinel: bool = False  # a trailing `data: [DONE]`
+    end: Literal["eof", "hang"] = "eof"  # after everything: end the body, or go silent
+    close_fails: bool = False  # client side (lab only): closing this stream raises
+
+    def __post_init__(self) -> None:
+        if self.end not in {"eof", "hang"}:
+            raise ValueError("end must be 'eof' or 'hang'")
+        if self.line_ending not in {"lf", "crlf", "cr"}:
+            raise ValueError("line_ending must be 'lf', 'crlf' or 'cr'")
+        if self.endless not in {None, "text", "unknown"}:
+            raise ValueError("endless must be 'text' or 'unknown'")
+        if not self.fragment_sizes or min(self.fragment_sizes) < 1:
+            raise ValueError("fragment_sizes must be positive byte counts")
+        for name in (
+            "reset_after",
+            "stall_after",
+            "drip_ms",
+            "giant_frame_bytes",
+            "keepalive_every",
+        ):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative")
 
 
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One request's scripted answer."""
 
-    events: tuple[Mapping[str, Any], ...] = ()
+    events: tuple[Frame, ...] = ()
     status: int = 200
     body: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     connection_error: bool = False
-    end: StreamEnd = "eof"  # after the events: end the body, or go silent until cancelled
-    close_fails: bool = False  # the in-process stream's close raises
+    faults: Faults = field(default_factory=Faults)
 
 
-def sse_bytes(event: Mapping[str, Any]) -> bytes:
+@dataclass(frozen=True, slots=True)
+class Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Drop the connection abruptly."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hang:
+    """Go silent until the client leaves."""
+
+
+Action = bytes | Pause | Reset | Hang
+
+
+def sse_bytes(event: Frame) -> bytes:
     """One native event as an SSE frame (`event:` line, `data:` line, blank line)."""
+    if "raw" in event and "type" not in event:
+        return str(event["raw"]).encode()
     data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
     return f"event: {event['type']}\ndata: {data}\n\n".encode()
 
 
-def fragments(payload: bytes, sizes: Sequence[int] = (1, 7, 3, 29, 64, 5, 256)) -> Iterator[bytes]:
+def fragments(payload: bytes, sizes: Sequence[int] = DEFAULT_FRAGMENTS) -> Iterator[bytes]:
     """Cut bytes at deterministic, uneven boundaries (inside lines and UTF-8 characters)."""
     position = 0
     index = 0
@@ -44,6 +106,122 @@ def fragments(payload: bytes, sizes: Sequence[int] = (1, 7, 3, 29, 64, 5, 256)) 
         yield payload[position : position + size]
         position += size
         index += 1
+
+
+def _line_ends(payload: bytes, style: str) -> bytes:
+    if style == "crlf":
+        return payload.replace(b"\n", b"\r\n")
+    if style == "cr":
+        return payload.replace(b"\n", b"\r")
+    return payload
+
+
+def body_actions(turn: Turn) -> Iterator[Action]:
+    """The bytes and socket actions of a streaming turn's body, in order."""
+    faults = turn.faults
+    drip = Pause(faults.drip_ms / 1000) if faults.drip_ms else None
+
+    def send(payload: bytes) -> Iterator[Action]:
+        for piece in fragments(_line_ends(payload, faults.line_ending), faults.fragment_sizes):
+            yield piece
+            if drip is not None:
+                yield drip
+
+    for number, event in enumerate(turn.events, start=1):
+        yield from send(sse_bytes(event))
+        if faults.keepalive_every and number % faults.keepalive_every == 0:
+            yield from send(b": keep-alive\n\n")
+        if faults.reset_after == number:
+            yield Reset()
+            return
+        if faults.stall_after == number:
+            yield Pause(faults.stall_seconds)
+    if faults.giant_frame_bytes is not None:
+        yield b"data: "
+        remaining = faults.giant_frame_bytes
+        block = b"x" * GIANT_CHUNK_BYTES
+        while remaining > 0:
+            yield block[: min(remaining, GIANT_CHUNK_BYTES)]
+            remaining -= GIANT_CHUNK_BYTES
+    if faults.endless is not None:
+        unit = (
+            {"type": "response.output_text.delta", "item_id": "msg_endless", "delta": "more "}
+            if faults.endless == "text"
+            else {"type": "response.future_event", "note": "unknown events are progress"}
+        )
+        frame = _line_ends(sse_bytes(unit), faults.line_ending)
+        batch = frame * max(1, GIANT_CHUNK_BYTES // len(frame))
+        while True:
+            yield batch
+    if faults.done_sentinel:
+        yield from send(b"data: [DONE]\n\n")
+    if faults.end == "hang":
+        yield Hang()
+
+
+class ScriptError(ValueError):
+    """A script file that is not a valid list of turns."""
+
+
+def load_script(text: str) -> list[Turn]:
+    """Parse the JSON script format: `{"turns": [turn, ...]}` or a bare list of turns.
+
+    A turn is `{"status": 429, "body": {...}, "headers": {...}}`, `{"connection_error":
+    true}`, or `{"events": [event | {"raw": "..."}, ...], "faults": {...}}`.
+    """
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ScriptError(f"not valid JSON: {exc}") from None
+    raw_turns = document.get("turns") if isinstance(document, dict) else document
+    if not isinstance(raw_turns, list) or not raw_turns:
+        raise ScriptError('expected a non-empty list of turns (or {"turns": [...]})')
+    return [_turn(number, raw) for number, raw in enumerate(raw_turns, start=1)]
+
+
+_TURN_KEYS = {"events", "status", "body", "headers", "connection_error", "faults"}
+_FAULT_KEYS = {f.name for f in fields(Faults)}
+
+
+def _turn(number: int, raw: object) -> Turn:
+    where = f"turn {number}"
+    if not isinstance(raw, dict):
+        raise ScriptError(f"{where}: must be an object")
+    unknown = set(raw) - _TURN_KEYS
+    if unknown:
+        raise ScriptError(f"{where}: unknown keys {sorted(unknown)}")
+    events = raw.get("events", [])
+    if not isinstance(events, list) or not all(
+        isinstance(e, dict) and (isinstance(e.get("type"), str) or isinstance(e.get("raw"), str))
+        for e in events
+    ):
+        raise ScriptError(f"{where}: events must be objects with a string 'type' or 'raw'")
+    status = raw.get("status", 200)
+    if not isinstance(status, int) or not 200 <= status <= 599:
+        raise ScriptError(f"{where}: status must be an HTTP status code")
+    headers = raw.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise ScriptError(f"{where}: headers must map names to strings")
+    body = raw.get("body")
+    if body is not None and not isinstance(body, dict):
+        raise ScriptError(f"{where}: body must be an object")
+    fault_spec = raw.get("faults", {})
+    if not isinstance(fault_spec, dict) or set(fault_spec) - _FAULT_KEYS:
+        raise ScriptError(f"{where}: faults must be an object with keys from {sorted(_FAULT_KEYS)}")
+    if "fragment_sizes" in fault_spec:
+        fault_spec = {**fault_spec, "fragment_sizes": tuple(fault_spec["fragment_sizes"])}
+    try:
+        faults = Faults(**fault_spec)
+    except (TypeError, ValueError) as exc:
+        raise ScriptError(f"{where}: faults: {exc}") from None
+    return Turn(
+        events=tuple(events),
+        status=status,
+        body=body,
+        headers=headers,
+        connection_error=bool(raw.get("connection_error", False)),
+        faults=faults,
+    )
 
 
 class ResponseBuilder:
@@ -246,8 +424,8 @@ class ResponseBuilder:
     def raw(self, event: dict[str, Any]) -> ResponseBuilder:
         return self._emit(dict(event))
 
-    def turn(self, **options: Any) -> Turn:
-        return Turn(events=tuple(self.events), **options)
+    def turn(self, faults: Faults | None = None, **options: Any) -> Turn:
+        return Turn(events=tuple(self.events), faults=faults or Faults(), **options)
 
 
 def _split(text: str, pieces: int) -> list[str]:

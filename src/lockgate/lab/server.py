@@ -1,8 +1,10 @@
-"""A scripted Responses provider on loopback HTTP/1.1 (asyncio streams).
+"""`lockgate serve`: a scripted, fault-injecting OpenAI Responses provider on loopback.
 
-Each request gets the next scripted turn: an HTTP error with its body and headers, a
-dropped connection, or a chunked `text/event-stream` body cut at uneven byte boundaries.
-It records what each request carried (never the credential itself).
+HTTP/1.1 over asyncio streams. Each request gets the next scripted turn: an HTTP error with
+its body and headers, a dropped connection, or a chunked `text/event-stream` body whose
+faults are real at the byte and socket level (fragmentation inside UTF-8 characters, CRLF,
+keep-alives, stalls, slow drips, resets with RST, frames that never end). It records what
+each request carried (never the credential itself) and whether the client closed early.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Sequence
+import socket
+import struct
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from .script import Turn, fragments, sse_bytes
+from .script import Hang, Pause, Reset, Turn, body_actions
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MAX_HEAD_BYTES = 64 * 1024
 
 
 @dataclass(slots=True)
@@ -26,6 +31,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    outcome: str = ""  # what the server answered: stream, HTTP status, dropped
     client_closed_early: bool = False
 
 
@@ -37,54 +43,129 @@ class ScriptedServer:
     port: int
     turns: list[Turn]
     requests: list[RecordedRequest] = field(default_factory=list)
+    paused: asyncio.Event = field(default_factory=asyncio.Event)  # a stream went silent
+    active: int = 0
+    _settled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def settle(self) -> None:
+        """Wait (up to 5 s) until no connection is being handled: the log is then final."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                while self.active:
+                    self._settled.clear()
+                    await self._settled.wait()
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.active += 1
+        try:
+            await self._handle(reader, writer)
+        finally:
+            self.active -= 1
+            self._settled.set()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await _read_request(reader)
             if request is None:
+                await _send_json(writer, 400, {"error": {"message": "bad request"}}, {})
                 return
             self.requests.append(request)
             turn = self.turns.pop(0) if self.turns else None
             if turn is None:
-                await _send_json(
-                    writer,
-                    500,
-                    {"error": {"message": "script exhausted", "code": "script_exhausted"}},
-                    {},
-                )
+                request.outcome = "HTTP 500 (script exhausted)"
+                body = {"error": {"message": "script exhausted", "code": "script_exhausted"}}
+                await _send_json(writer, 500, body, {})
             elif turn.connection_error:
-                writer.transport.abort()
+                request.outcome = "dropped"
+                _reset(writer)
             elif turn.status != 200:
+                request.outcome = f"HTTP {turn.status}"
                 await _send_json(writer, turn.status, turn.body or {}, turn.headers)
             else:
-                request.client_closed_early = not await _send_stream(reader, writer, turn)
-        except (ConnectionError, asyncio.IncompleteReadError):
+                request.outcome = "stream"
+                request.client_closed_early = not await self._stream(reader, writer, turn)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
 
+    async def _stream(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, turn: Turn
+    ) -> bool:
+        """Play the turn's body; False if the client left before it was finished."""
+        head = _status_line(200) + b"content-type: text/event-stream\r\n"
+        head += b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n"
+        for name, value in turn.headers.items():
+            head += f"{name}: {value}\r\n".encode()
+        writer.write(head + b"\r\n")
+        client_gone = asyncio.ensure_future(reader.read())  # EOF: the client closed
+        try:
+            for action in body_actions(turn):
+                if client_gone.done():
+                    return False
+                if isinstance(action, bytes):
+                    writer.write(b"%x\r\n%s\r\n" % (len(action), action))
+                    await writer.drain()
+                elif isinstance(action, Pause):
+                    await asyncio.wait({client_gone}, timeout=action.seconds)
+                elif isinstance(action, Reset):
+                    _reset(writer)
+                    return True  # the reset is the script's own end
+                elif isinstance(action, Hang):
+                    self.paused.set()
+                    await client_gone
+                    return False
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            return True
+        except ConnectionError:
+            return False
+        finally:
+            client_gone.cancel()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with RST (SO_LINGER 0) rather than an orderly FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
 
 async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest | None:
     head = await reader.readuntil(b"\r\n\r\n")
+    if len(head) > MAX_HEAD_BYTES:
+        return None
     lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        return None
+    method, path, _ = parts
     headers: dict[str, str] = {}
     for line in lines[1:]:
         if ":" in line:
             name, value = line.split(":", 1)
             headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    if length > MAX_REQUEST_BYTES:
+    try:
+        length = int(headers.get("content-length", "0"))
+    except ValueError:
+        return None
+    if not 0 <= length <= MAX_REQUEST_BYTES:
         return None
     raw = await reader.readexactly(length) if length else b""
     if "authorization" in headers:  # record that a credential came, never the credential
         headers["authorization"] = headers["authorization"].split(" ", 1)[0] + " [redacted]"
+    for name in ("api-key", "x-api-key"):
+        if name in headers:
+            headers[name] = "[redacted]"
     try:
         body: Any = json.loads(raw) if raw else None
     except ValueError:
@@ -101,39 +182,15 @@ def _status_line(status: int) -> bytes:
 
 
 async def _send_json(
-    writer: asyncio.StreamWriter, status: int, body: object, headers: dict[str, str] | Any
+    writer: asyncio.StreamWriter, status: int, body: object, headers: Mapping[str, str]
 ) -> None:
     payload = json.dumps(body).encode()
     head = _status_line(status) + b"content-type: application/json\r\n"
     head += f"content-length: {len(payload)}\r\nconnection: close\r\n".encode()
-    for name, value in dict(headers).items():
+    for name, value in headers.items():
         head += f"{name}: {value}\r\n".encode()
     writer.write(head + b"\r\n" + payload)
     await writer.drain()
-
-
-async def _send_stream(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, turn: Turn
-) -> bool:
-    """Send the turn's events as a chunked SSE body; False if the client left early."""
-    head = _status_line(200) + b"content-type: text/event-stream\r\n"
-    head += b"transfer-encoding: chunked\r\nconnection: close\r\n"
-    for name, value in turn.headers.items():
-        head += f"{name}: {value}\r\n".encode()
-    writer.write(head + b"\r\n")
-    payload = b"".join(sse_bytes(event) for event in turn.events)
-    try:
-        for piece in fragments(payload):
-            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-            await writer.drain()
-        if turn.end == "hang":
-            await reader.read()  # silent until the client closes the connection
-            return False
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-    except ConnectionError:
-        return False
-    return True
 
 
 @contextlib.asynccontextmanager

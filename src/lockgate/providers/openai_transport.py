@@ -52,13 +52,17 @@ class OpenAIResponsesTransport:
         api_key: str,
         base_url: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        read_timeout: float | None = None,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
+        """`timeout` bounds connecting, writing and waiting for the response head;
+        `read_timeout` (default: `timeout`) is the SDK's per-read silence backstop. Keep it
+        above the boundary's idle timeout so that lockgate's own, clearer, check fires first."""
         self._client = AsyncOpenAI(
             api_key=api_key,
             base_url=base_url,
             max_retries=0,
-            timeout=timeout,
+            timeout=openai.Timeout(timeout, read=read_timeout or timeout),
             # The SDK takes legacy httpx clients too (tests use httpx.MockTransport).
             http_client=cast(Any, http_client),
         )
