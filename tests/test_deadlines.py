@@ -1,0 +1,94 @@
+"""Idle timeout and total deadline, in-process and over loopback HTTP with the SDK."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from lockgate.boundary import StreamingModelClient
+from lockgate.conversation import Message
+from lockgate.errors import FailureKind, ResponseFailure
+from lockgate.fixture import ALL_TOOLS
+from lockgate.lab.script import Faults, ResponseBuilder, Turn
+from lockgate.lab.server import serve_script
+from lockgate.providers.openai_responses import ResponsesCodec
+from lockgate.providers.openai_transport import OpenAIResponsesTransport
+
+from .helpers import EDIT, replay_client
+
+HISTORY = [Message("user", "go")]
+
+
+def stalled(seconds: float = 30.0) -> Turn:
+    builder = ResponseBuilder("resp_s").created().call("fc_1", "call_1", "edit", EDIT, finish=False)
+    return builder.turn(faults=Faults(stall_after=3, stall_seconds=seconds))
+
+
+async def test_idle_timeout_fails_the_response_promptly() -> None:
+    client, transport, _ = replay_client([stalled()])
+    client.idle_timeout = 0.3
+    started = time.monotonic()
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    elapsed = time.monotonic() - started
+    assert caught.value.kind is FailureKind.IDLE_TIMEOUT
+    assert 0.3 <= elapsed < 2.0
+    assert transport.streams[0].closed
+    assert len(transport.requests) == 1
+
+
+async def test_a_steady_slow_drip_is_not_idle() -> None:
+    turn = ResponseBuilder("resp_d").created().text("m", "drip " * 8).completed()
+    client, _, _ = replay_client([turn.turn(faults=Faults(drip_ms=40, fragment_sizes=(64,)))])
+    client.idle_timeout = 0.2
+    started = time.monotonic()
+    decision = await client.complete(HISTORY, ALL_TOOLS)
+    assert decision.content == "drip " * 8
+    assert time.monotonic() - started > 0.4  # longer than the idle timeout, yet never idle
+
+
+async def test_deadline_bounds_a_response_that_never_ends() -> None:
+    endless = ResponseBuilder("resp_e").created().turn(faults=Faults(endless="unknown"))
+    client, transport, _ = replay_client([endless])
+    client.deadline = 0.5
+    started = time.monotonic()
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    assert caught.value.kind is FailureKind.DEADLINE
+    assert time.monotonic() - started < 2.0
+    assert transport.streams[0].closed
+
+
+async def test_endless_text_hits_the_text_bound() -> None:
+    endless = ResponseBuilder("resp_t").created().turn(faults=Faults(endless="text"))
+    client, _, _ = replay_client([endless])
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    assert caught.value.kind is FailureKind.BOUND_EXCEEDED
+
+
+def test_timeouts_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        StreamingModelClient(ResponsesCodec("m"), object(), idle_timeout=0)  # type: ignore[arg-type]
+
+
+async def test_idle_timeout_over_http_closes_the_connection() -> None:
+    async with serve_script([stalled()]) as server:
+        transport = OpenAIResponsesTransport(
+            api_key="sk-test", base_url=server.base_url, read_timeout=10
+        )
+        client = StreamingModelClient(
+            ResponsesCodec("m"), transport, idle_timeout=0.5, rng=random.Random(0)
+        )
+        started = time.monotonic()
+        with pytest.raises(ResponseFailure) as caught:
+            await client.complete(HISTORY, ALL_TOOLS)
+        elapsed = time.monotonic() - started
+        await transport.aclose()
+        await server.settle()
+    assert caught.value.kind is FailureKind.IDLE_TIMEOUT
+    assert elapsed < 2.5
+    assert len(server.requests) == 1
+    assert server.requests[0].client_closed_early
