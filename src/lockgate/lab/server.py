@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import struct
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -33,6 +34,8 @@ class RecordedRequest:
     body: Any
     outcome: str = ""  # what the server answered: stream, HTTP status, dropped
     client_closed_early: bool = False
+    # (monotonic time, what happened): "stall", "hang", "client closed", "finished"
+    timeline: list[tuple[float, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -88,7 +91,11 @@ class ScriptedServer:
                 await _send_json(writer, turn.status, turn.body or {}, turn.headers)
             else:
                 request.outcome = "stream"
-                request.client_closed_early = not await self._stream(reader, writer, turn)
+                finished = await self._stream(reader, writer, turn, request.timeline)
+                request.client_closed_early = not finished
+                request.timeline.append(
+                    (time.monotonic(), "finished" if finished else "client closed")
+                )
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
@@ -97,7 +104,11 @@ class ScriptedServer:
                 await writer.wait_closed()
 
     async def _stream(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, turn: Turn
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        turn: Turn,
+        timeline: list[tuple[float, str]],
     ) -> bool:
         """Play the turn's body; False if the client left before it was finished."""
         head = _status_line(200) + b"content-type: text/event-stream\r\n"
@@ -114,11 +125,14 @@ class ScriptedServer:
                     writer.write(b"%x\r\n%s\r\n" % (len(action), action))
                     await writer.drain()
                 elif isinstance(action, Pause):
+                    if action.seconds >= 0.1:  # stalls, not drip intervals
+                        timeline.append((time.monotonic(), "stall"))
                     await asyncio.wait({client_gone}, timeout=action.seconds)
                 elif isinstance(action, Reset):
                     _reset(writer)
                     return True  # the reset is the script's own end
                 elif isinstance(action, Hang):
+                    timeline.append((time.monotonic(), "hang"))
                     self.paused.set()
                     await client_gone
                     return False
