@@ -116,9 +116,8 @@ def main() -> None:
     stall = statistics.median(stall_seconds() for _ in range(args.repeats))
     giant = statistics.median(giant_frame_rss() for _ in range(args.repeats))
     base = statistics.median(baseline_rss() for _ in range(args.repeats))
-    print(
-        f"stall, --idle-timeout 2: failed {stall:.2f} s after the last byte (median of {args.repeats})"
-    )
+    runs = f"median of {args.repeats}"
+    print(f"stall, --idle-timeout 2: failed {stall:.2f} s after the last byte ({runs})")
     print(f"giant 1 GiB frame: peak RSS {giant:.1f} MiB (limit 150 MiB)")
     print(f"small successful run: peak RSS {base:.1f} MiB; giant/baseline = {giant / base:.2f}")
 
