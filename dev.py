@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
                 return code
         return 0
     if command == "bench":
-        for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        for script in sorted((ROOT / "benchmarks").glob("[!_]*.py")):
             code = _run([python, str(script), *rest])
             if code != 0:
                 return code

@@ -224,3 +224,12 @@ async def test_server_fragments_bytes_exactly_as_scripted() -> None:
     assert b"\r\n" in joined
     assert b"\n\n" not in joined
     assert text.encode() in joined
+
+
+def test_readme_script_example_is_a_valid_script() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```json\n", 1)[1].split("```", 1)[0]
+    turns = load_script(block)
+    assert [turn.status for turn in turns] == [429, 200, 200]
+    assert turns[1].connection_error
+    assert turns[2].faults.line_ending == "crlf"
