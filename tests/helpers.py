@@ -92,3 +92,16 @@ class ServerThread:
     def base_url(self) -> str:
         assert self.server is not None
         return self.server.base_url
+
+
+USAGE_LINE = r"usage: input=\d+ \(cached=\d+\) output=\d+ \(reasoning=\d+\) total=\d+\n"
+
+
+def ends_with_file_and_usage(stdout: str, source: str) -> bool:
+    """The run's last words: the final file, then exactly one usage line."""
+    import re
+
+    return (
+        re.search(r"final calculator\.py:\n" + re.escape(source) + USAGE_LINE + r"\Z", stdout)
+        is not None
+    )

@@ -14,7 +14,7 @@ from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, repair_turns
 from lockgate.lab.script import ResponseBuilder
 
-from .helpers import EDIT, ServerThread
+from .helpers import EDIT, ServerThread, ends_with_file_and_usage
 
 FAKE_KEY = "sk-lockgate-FAKE-KEY-7f3a9c"
 
@@ -59,7 +59,7 @@ def test_lab_failure_scenario_trace(name: str) -> None:
     assert result.returncode == 0, result.stderr
     assert "stopped: provider_failure (" in result.stdout
     assert "executed tools: 0" in result.stdout
-    assert result.stdout.endswith("final calculator.py:\n" + CALCULATOR)
+    assert ends_with_file_and_usage(result.stdout, CALCULATOR)
 
 
 def test_lab_repair_trace_shows_fixed_file() -> None:
@@ -67,7 +67,7 @@ def test_lab_repair_trace_shows_fixed_file() -> None:
     assert result.returncode == 0
     assert "stopped: model_finished" in result.stdout
     assert "executed tools: 6" in result.stdout
-    assert result.stdout.endswith("final calculator.py:\n" + FIXED_SOURCE)
+    assert ends_with_file_and_usage(result.stdout, FIXED_SOURCE)
 
 
 def test_lab_retry_trace_reports_retries() -> None:
@@ -133,7 +133,7 @@ def test_run_repairs_against_a_loopback_provider() -> None:
         assert server.server is not None
         requests = server.server.requests
     assert result.returncode == 0, result.stderr
-    assert result.stdout.endswith("final calculator.py:\n" + FIXED_SOURCE)
+    assert ends_with_file_and_usage(result.stdout, FIXED_SOURCE)
     assert "stopped: model_finished" in result.stdout
     assert len(requests) == 7
     for number, request in enumerate(requests):
@@ -194,7 +194,7 @@ def test_run_provider_failure_exits_one_and_prints_the_file() -> None:
     assert result.returncode == 1
     assert "stopped: provider_failure (stream_ended:" in result.stdout
     assert "executed tools: 0" in result.stdout
-    assert result.stdout.endswith("final calculator.py:\n" + CALCULATOR)
+    assert ends_with_file_and_usage(result.stdout, CALCULATOR)
     assert_no_traceback(result)
 
 

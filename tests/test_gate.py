@@ -56,7 +56,7 @@ def feed(
     decision = None
     for event in events:
         decision = gate.accept(event)
-    return decision, seen
+    return (decision.message if decision else None), seen
 
 
 def failure_of(

@@ -21,7 +21,7 @@ from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import EDIT_FIX, cancellation_turns
 from lockgate.lab.script import Faults, ResponseBuilder, Turn
 
-from .helpers import ServerThread
+from .helpers import ServerThread, ends_with_file_and_usage
 
 FAKE_KEY = "sk-lockgate-HOSTILE-5e1d"
 RSS_LIMIT_MIB = 150
@@ -91,7 +91,7 @@ def assert_failed_closed(result: Finished, kind: str) -> None:
     assert result.exit_code == 1, result.stderr
     assert f"stopped: provider_failure ({kind}:" in result.stdout
     assert "executed tools: 0" in result.stdout
-    assert result.stdout.endswith("final calculator.py:\n" + CALCULATOR)
+    assert ends_with_file_and_usage(result.stdout, CALCULATOR)
     assert "Traceback" not in result.stderr
     assert FAKE_KEY not in result.stdout + result.stderr
 
@@ -161,7 +161,7 @@ def test_sigint_during_a_stream_stops_cleanly() -> None:
     assert process.returncode == 130, stderr
     assert "stopped: interrupted" in stdout
     assert "executed tools: 0" in stdout
-    assert stdout.endswith("final calculator.py:\n" + CALCULATOR)
+    assert ends_with_file_and_usage(stdout, CALCULATOR)
     assert "Traceback" not in stderr
     assert len(server.server.requests) == 1
 

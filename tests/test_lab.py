@@ -60,7 +60,6 @@ async def test_scenario_behaves_as_expected(scenario: Scenario, kind: LabTranspo
     if scenario.expect.is_failure:
         assert result.tools_executed == 0
         assert result.final_source == CALCULATOR
-        assert result.attempts == 1
     if kind == "http":
         assert result.server is not None
         assert result.server.requests == result.attempts

@@ -8,6 +8,7 @@ from lockgate.conversation import Message, ToolCall
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.events import (
     OutputCall,
+    OutputReasoning,
     OutputRefusal,
     OutputText,
     ProviderReportedFailure,
@@ -122,6 +123,7 @@ def test_completed_maps_output_items() -> None:
         },
         {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "n", "arguments": "{}"},
         {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "web_search_call", "id": "ws_1"},
     ]
     event = decode(
         {
@@ -135,7 +137,8 @@ def test_completed_maps_output_items() -> None:
             OutputText("a"),
             OutputRefusal("no"),
             OutputCall("fc_1", "c", "n", "{}"),
-            UnsupportedOutput("reasoning"),
+            OutputReasoning({"type": "reasoning", "id": "rs_1", "summary": []}),
+            UnsupportedOutput("web_search_call"),
         ),
         response_id="r",
     )

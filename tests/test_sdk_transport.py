@@ -99,7 +99,10 @@ async def test_sdk_raw_stream_is_decoded_and_gated(crlf: bool) -> None:
     assert bodies[0].closed
 
 
-@pytest.mark.parametrize(("status", "attempts"), [(401, 1), (429, 1), (400, 1), (503, 3), (500, 3)])
+@pytest.mark.parametrize(
+    ("status", "attempts"),
+    [(401, 1), (400, 1), (404, 1), (429, 3), (408, 3), (503, 3), (500, 3), (529, 3)],
+)
 async def test_opening_status_classification(status: int, attempts: int) -> None:
     calls = 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import Sequence
 from typing import Protocol
@@ -16,7 +17,7 @@ from typing import Protocol
 from .conversation import Message, ToolSpec
 from .errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from .events import DecisionReady, Observer, ResponseFailed, Retrying, ignore_event
-from .gate import GateLimits, ResponseGate
+from .gate import Decision, GateLimits, ResponseGate
 from .providers.base import ProviderCodec, StreamDecoder
 from .retry import RetryPolicy, Sleep
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
@@ -81,8 +82,9 @@ class StreamingModelClient:
         except ResponseFailure as failure:
             self.observer(ResponseFailed(failure.kind, failure.message, gate.partial_text))
             raise
-        self.observer(DecisionReady(decision))
-        return decision
+        message = dataclasses.replace(decision.message, producer=self.codec.producer)
+        self.observer(DecisionReady(message, decision.finish_reason, decision.usage))
+        return message
 
     async def _open(self, request: dict[str, object]) -> ByteStream:
         attempts = self.retry.attempts
@@ -93,12 +95,29 @@ class StreamingModelClient:
             except OpenFailure as failure:
                 if not failure.retryable or attempt == attempts:
                     raise
-                delay = self.retry.backoff(attempt, self.rng)
+                delay = self._delay(failure, attempt)
                 self.observer(Retrying(attempt + 1, attempts, delay, failure.message))
                 await self.sleep(delay)
         raise AssertionError("unreachable: the loop returns or raises")
 
-    async def _consume(self, stream: ByteStream, gate: ResponseGate) -> Message:
+    def _delay(self, failure: OpenFailure, attempt: int) -> float:
+        """The server's instruction wins; a wait beyond the policy's maximum fails now
+        rather than retrying early."""
+        wanted = failure.retry_after
+        if wanted is None:
+            return self.retry.backoff(attempt, self.rng)
+        if wanted > self.retry.max_delay:
+            raise OpenFailure(
+                f"the server asked to wait {wanted:g} s before retrying, longer than the "
+                f"{self.retry.max_delay:g} s maximum; not retried ({failure.message})",
+                retryable=False,
+                status=failure.status,
+                kind=FailureKind.RETRY_WAIT_TOO_LONG,
+                retry_after=wanted,
+            ) from None
+        return wanted
+
+    async def _consume(self, stream: ByteStream, gate: ResponseGate) -> Decision:
         try:
             decision = await self._read(stream, gate)
         except BaseException as exc:  # failure or cancellation: close, then propagate
@@ -117,7 +136,7 @@ class StreamingModelClient:
             ) from None
         return decision
 
-    async def _read(self, stream: ByteStream, gate: ResponseGate) -> Message:
+    async def _read(self, stream: ByteStream, gate: ResponseGate) -> Decision:
         sse = SSEDecoder(self.max_event_bytes)
         decoder = self.codec.new_decoder()
         chunks = aiter(stream)
@@ -145,7 +164,7 @@ class StreamingModelClient:
 
 def _advance(
     sse_events: list[ServerSentEvent], decoder: StreamDecoder, gate: ResponseGate
-) -> Message | None:
+) -> Decision | None:
     """Decode and gate complete SSE events; the decision, if the terminal event was among them."""
     for sse_event in sse_events:
         event = decoder.decode(sse_event)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import signal
@@ -24,8 +25,9 @@ from rich.table import Table
 
 from . import __version__
 from .boundary import DEFAULT_DEADLINE_SECONDS, DEFAULT_IDLE_TIMEOUT_SECONDS, StreamingModelClient
+from .conversation import Usage
 from .display import HumanDisplay, JsonLinesDisplay, Redactor
-from .events import Observer
+from .events import Observer, UsageMeter, fan_out
 from .fixture import create_fixture
 from .lab.runner import LabResult, LabTransport, run_scenario
 from .lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
@@ -33,6 +35,7 @@ from .lab.script import ScriptError, load_script
 from .lab.server import serve_script
 from .providers.openai_responses import ResponsesCodec
 from .providers.openai_transport import OpenAIResponsesTransport
+from .retry import RetryPolicy
 from .session import SessionOutcome, run_session
 
 EXIT_OK = 0
@@ -67,6 +70,26 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value < 10**9:
         raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return value
+
+
+def _non_negative_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < 10**9:
+        raise argparse.ArgumentTypeError("must be a non-negative number of seconds")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError("must be at least 0 and less than 1")
     return value
 
 
@@ -124,6 +147,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail a response after this long without a byte (default 60)",
     )
     run.add_argument(
+        "--continuation",
+        choices=["stateless", "native"],
+        default="stateless",
+        help="stateless: full history, store false (default); native: store true and "
+        "previous_response_id",
+    )
+    run.add_argument(
+        "--encrypted-reasoning",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="ask for encrypted reasoning to replay (auto: reasoning models only)",
+    )
+    run.add_argument(
+        "--recover",
+        action="store_true",
+        help="answer rejected or truncated calls with error observations instead of stopping",
+    )
+    run.add_argument(
+        "--recovery-budget",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="with --recover: stop after N recoveries in a row (default 2)",
+    )
+    retry = run.add_argument_group(
+        "retry owner (environment: LOCKGATE_RETRY_ATTEMPTS, _BASE_DELAY, _MAX_DELAY, _JITTER)"
+    )
+    retry.add_argument("--retry-attempts", type=_positive_int, metavar="N", help="default 3")
+    retry.add_argument(
+        "--retry-base-delay", type=_non_negative_seconds, metavar="SECONDS", help="default 0.25"
+    )
+    retry.add_argument(
+        "--retry-max-delay",
+        type=_non_negative_seconds,
+        metavar="SECONDS",
+        help="longest wait honoured, also from the server (default 60)",
+    )
+    retry.add_argument(
+        "--retry-jitter", type=_fraction, metavar="FRACTION", help="default 0.1 (±10%%)"
+    )
+    run.add_argument(
         "--deadline",
         type=_positive_seconds,
         default=DEFAULT_DEADLINE_SECONDS,
@@ -168,7 +232,10 @@ def _observer(json_lines: bool, redact: Redactor) -> Observer:
     return HumanDisplay(sys.stdout, sys.stderr, redact=redact)
 
 
-def _print_outcome(outcome: SessionOutcome, json_lines: bool, redact: Redactor) -> None:
+def _print_outcome(
+    outcome: SessionOutcome, usage: Usage, json_lines: bool, redact: Redactor
+) -> None:
+    """The run's last words: stop line, tools executed, the final file, and usage last."""
     if json_lines:
         JsonLinesDisplay(sys.stdout, redact=redact).emit(
             {
@@ -177,33 +244,42 @@ def _print_outcome(outcome: SessionOutcome, json_lines: bool, redact: Redactor) 
                 "executed_tools": outcome.executed_tools,
                 "file": "calculator.py",
                 "source": outcome.final_source,
+                "usage": dataclasses.asdict(usage),
             }
         )
         return
+    source = outcome.final_source
+    if not source.endswith("\n"):
+        source += "\n"
     sys.stdout.write(
         redact(
             f"\nstopped: {outcome.stopped}\n"
             f"executed tools: {outcome.executed_tools}\n"
-            f"final calculator.py:\n{outcome.final_source}"
+            f"final calculator.py:\n{source}"
+            f"{usage.line()}\n"
         )
     )
-    if not outcome.final_source.endswith("\n"):
-        sys.stdout.write("\n")
     sys.stdout.flush()
 
 
-async def _run_live(args: argparse.Namespace, api_key: str) -> int:
+async def _run_live(args: argparse.Namespace, api_key: str, retry: RetryPolicy) -> int:
     redact = Redactor([api_key])
-    observer = _observer(args.json, redact)
+    meter = UsageMeter()
+    observer = fan_out(meter, _observer(args.json, redact))
+    reasoning = {"auto": None, "on": True, "off": False}[args.encrypted_reasoning]
+    codec = ResponsesCodec(
+        args.model, continuation=args.continuation, encrypted_reasoning=reasoning
+    )
     transport = OpenAIResponsesTransport(
         api_key=api_key,
         base_url=args.base_url,
         read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
     )
     client = StreamingModelClient(
-        ResponsesCodec(args.model),
+        codec,
         transport,
         observer=observer,
+        retry=retry,
         idle_timeout=args.idle_timeout,
         deadline=args.deadline,
     )
@@ -219,10 +295,11 @@ async def _run_live(args: argparse.Namespace, api_key: str) -> int:
                 max_turns=args.max_turns,
                 observer=observer,
                 interrupt=interrupted.wait,
+                recovery_budget=args.recovery_budget if args.recover else 0,
             )
         finally:
             await transport.aclose()
-        _print_outcome(outcome, args.json, redact)
+        _print_outcome(outcome, meter.total, args.json, redact)
     if outcome.outcome == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
@@ -298,6 +375,7 @@ async def _run_lab(args: argparse.Namespace) -> int:
             SessionOutcome(
                 result.observed, result.stopped, result.tools_executed, result.final_source
             ),
+            result.usage,
             args.json,
             redact,
         )
@@ -354,7 +432,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("lockgate: OPENAI_API_KEY is not set; no request was made", file=sys.stderr)
                 return EXIT_USAGE
             secrets.append(api_key)
-            return asyncio.run(_run_live(args, api_key))
+            try:
+                retry = RetryPolicy.from_environment(
+                    attempts=args.retry_attempts,
+                    base_delay=args.retry_base_delay,
+                    max_delay=args.retry_max_delay,
+                    jitter=args.retry_jitter,
+                )
+            except ValueError as exc:
+                print(f"lockgate: invalid retry policy: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+            return asyncio.run(_run_live(args, api_key, retry))
         if args.command == "serve":
             return asyncio.run(_serve(args))
         return asyncio.run(_run_lab(args))

@@ -40,13 +40,59 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one response, or a sum of several."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    def line(self) -> str:
+        """`usage: input=N (cached=N) output=N (reasoning=N) total=N`"""
+        return (
+            f"usage: input={self.input_tokens} (cached={self.cached_input_tokens}) "
+            f"output={self.output_tokens} (reasoning={self.reasoning_tokens}) "
+            f"total={self.total_tokens}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningItem:
+    """A provider-native reasoning item, kept unchanged for replay immediately before the
+    call it preceded (`before_call`), and only to the producer that made it."""
+
+    before_call: str
+    item: JSONObject
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
-    """One entry of the portable history."""
+    """One entry of the portable history.
+
+    Assistant messages also record where they came from: `producer` (provider and model,
+    e.g. `openai-responses:gpt-5`), the provider's `response_id`, `usage`, and native
+    `reasoning` items that may be replayed only to the same producer.
+    """
 
     role: Role
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    producer: str | None = None
+    response_id: str | None = None
+    usage: Usage | None = None
+    reasoning: tuple[ReasoningItem, ...] = ()
 
     def __post_init__(self) -> None:
         if self.tool_calls and self.role != "assistant":
@@ -100,3 +146,4 @@ class RunResult:
 
     history: tuple[Message, ...]
     stop_reason: StopReason
+    usage: Usage = field(default_factory=Usage)  # completed responses of this run

@@ -17,6 +17,8 @@ from .conversation import Message, ToolCall
 from .events import (
     DecisionReady,
     Event,
+    ReasoningDelta,
+    Recovering,
     RefusalDelta,
     ResponseFailed,
     ResponseStarted,
@@ -27,6 +29,7 @@ from .events import (
     ToolCallStarted,
     ToolFinished,
     ToolStarted,
+    UsageReported,
 )
 
 PROGRESS_INTERVAL_SECONDS = 0.25
@@ -81,17 +84,35 @@ class HumanDisplay:
         self.redact = redact or Redactor()
         self._throttle = _ProgressThrottle(PROGRESS_INTERVAL_SECONDS, clock)
         self._mid_text = False
+        self._mid_reasoning = False
 
-    def _status(self, line: str) -> None:
+    def _end_lines(self) -> None:
         if self._mid_text:
             self.stdout.write("\n")
             self.stdout.flush()
             self._mid_text = False
+        if self._mid_reasoning:
+            self.stderr.write("\n")
+            self._mid_reasoning = False
+
+    def _status(self, line: str) -> None:
+        self._end_lines()
         self.stderr.write(self.redact(line) + "\n")
         self.stderr.flush()
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, TextDelta | RefusalDelta):
+        if isinstance(event, ReasoningDelta):
+            # Reasoning goes to stderr, apart from the answer, marked as such.
+            if not self._mid_reasoning:
+                self._end_lines()
+                self.stderr.write(f"thinking ({event.kind}): ")
+                self._mid_reasoning = True
+            self.stderr.write(self.redact(event.text))
+            self.stderr.flush()
+        elif isinstance(event, TextDelta | RefusalDelta):
+            if self._mid_reasoning:
+                self.stderr.write("\n")
+                self._mid_reasoning = False
             self.stdout.write(self.redact(event.text))
             self.stdout.flush()
             self._mid_text = not event.text.endswith("\n")
@@ -109,14 +130,19 @@ class HumanDisplay:
             self._status(f"response failed: {event.kind}: {event.message}")
         elif isinstance(event, DecisionReady):
             calls = ", ".join(call.name for call in event.message.tool_calls) or "none"
-            self._status(f"response complete: calls: {calls}")
+            self._status(f"response complete ({event.finish_reason}): calls: {calls}")
+        elif isinstance(event, Recovering):
+            self._status(
+                f"recovering from {event.kind}: {event.calls} call(s) answered with errors, "
+                f"none executed ({event.consecutive}/{event.budget} in a row)"
+            )
         elif isinstance(event, ToolStarted):
             arguments = json.dumps(dict(event.call.arguments), ensure_ascii=False)
             self._status(f"run {event.call.name} {_one_line(arguments)}")
         elif isinstance(event, ToolFinished):
             self._status(f"result {event.name}: {_one_line(event.output)}")
-        elif isinstance(event, ResponseStarted | RunStopped):
-            pass  # the CLI prints the stop line itself
+        elif isinstance(event, ResponseStarted | RunStopped | UsageReported):
+            pass  # the CLI prints the stop and usage lines itself
 
 
 def _jsonable(value: Any) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .conversation import Message, StopReason, ToolCall
+from .conversation import JSONObject, Message, StopReason, ToolCall, Usage
 
 # --- produced by provider decoders -------------------------------------------------------
 
@@ -45,6 +45,14 @@ class RefusalDelta(StreamEvent):
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDelta(StreamEvent):
+    """Reasoning progress, kept apart from answer text: a summary or raw reasoning text."""
+
+    text: str
+    kind: Literal["summary", "raw"] = "summary"
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStarted(StreamEvent):
     """A function-call item began. `item_id` keys its argument fragments."""
 
@@ -67,6 +75,7 @@ class ProviderReportedFailure(StreamEvent):
     kind: Literal["error", "failed", "incomplete"]
     message: str
     code: str | None = None
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,19 +97,29 @@ class OutputCall:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputReasoning:
+    """A native reasoning item, opaque to lockgate, replayed unchanged."""
+
+    item: JSONObject
+
+
+@dataclass(frozen=True, slots=True)
 class UnsupportedOutput:
     item_type: str
 
 
-OutputItem = OutputText | OutputRefusal | OutputCall | UnsupportedOutput
+OutputItem = OutputText | OutputRefusal | OutputCall | OutputReasoning | UnsupportedOutput
 
 
 @dataclass(frozen=True, slots=True)
 class ResponseCompleted(StreamEvent):
-    """The provider's terminal success event with its final output list."""
+    """The provider's terminal success event with its final output list. `finish_reason`
+    is what the provider stated (`stop`, `tool_calls`, …), or None if it states none."""
 
     status: str
     output: tuple[OutputItem, ...]
+    usage: Usage | None = None
+    finish_reason: str | None = None
 
 
 # --- published by the gate, the boundary and the loop -------------------------------------
@@ -126,10 +145,29 @@ class Retrying:
 
 
 @dataclass(frozen=True, slots=True)
+class UsageReported:
+    """Token usage of one response (completed, incomplete or failed)."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionReady:
     """A complete, validated response whose stream was closed cleanly."""
 
     message: Message
+    finish_reason: str
+    usage: Usage | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovering:
+    """A rejected batch or a truncated response became `error:` observations (`--recover`)."""
+
+    kind: str
+    calls: int
+    consecutive: int
+    budget: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +201,9 @@ Event = (
     ResponseStarted
     | TextDelta
     | RefusalDelta
+    | ReasoningDelta
+    | UsageReported
+    | Recovering
     | ToolCallStarted
     | ToolArgumentProgress
     | Retrying
@@ -178,3 +219,24 @@ Observer = Callable[[Event], None]
 
 def ignore_event(event: Event) -> None:
     """An observer that discards everything."""
+
+
+class UsageMeter:
+    """An observer that sums every reported usage (completed, incomplete or failed)."""
+
+    def __init__(self) -> None:
+        self.total = Usage()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, UsageReported):
+            self.total += event.usage
+
+
+def fan_out(*observers: Observer) -> Observer:
+    """One observer that forwards each event to every observer, in order."""
+
+    def forward(event: Event) -> None:
+        for observer in observers:
+            observer(event)
+
+    return forward

@@ -1,8 +1,11 @@
 """The gate: one provider-neutral lifecycle and batch validator for every provider.
 
-Text and refusal deltas pass straight through to the observer. Tool calls are buffered by
-item id. Only a terminal success event can produce a decision, and only after the whole
-batch validated: one invalid call rejects every call of the response.
+Text, refusal and reasoning deltas pass straight through to the observer. Tool calls are
+buffered by item id. Only a terminal success event can produce a decision, and only after
+the lifecycle checks and the whole batch validated: one invalid call rejects every call of
+the response. The lifecycle rules hold for any provider's normalized events: started first
+and once, nothing after the terminal event, consistent identity, the terminal call list
+equal to the streamed calls, and a stated finish reason that agrees with the calls.
 """
 
 from __future__ import annotations
@@ -13,14 +16,16 @@ from dataclasses import dataclass
 
 from jsonschema import Draft202012Validator
 
-from .conversation import Message, ToolCall, ToolSpec
-from .errors import FailureKind, ResponseFailure
+from .conversation import Message, ReasoningItem, ToolCall, ToolSpec, Usage
+from .errors import FailureKind, Recovery, ResponseFailure
 from .events import (
     Observer,
     OutputCall,
+    OutputReasoning,
     OutputRefusal,
     OutputText,
     ProviderReportedFailure,
+    ReasoningDelta,
     RefusalDelta,
     ResponseCompleted,
     ResponseStarted,
@@ -29,7 +34,11 @@ from .events import (
     ToolArgumentProgress,
     ToolArgumentsDelta,
     ToolCallStarted,
+    UsageReported,
 )
+
+CALL_FINISH_REASONS = frozenset({"tool_calls", "tool_use", "function_call"})
+TEXT_FINISH_REASONS = frozenset({"stop", "end_turn", "stop_sequence"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,15 @@ class GateLimits:
     max_text_chars: int = 64_000
     max_calls: int = 8
     max_argument_chars: int = 16_000
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A validated response: the assistant message, its finish reason and usage."""
+
+    message: Message
+    finish_reason: str
+    usage: Usage | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +71,16 @@ class CallProblem:
 class InvalidBatch(ResponseFailure):
     """A completed response requested at least one invalid call; none may run."""
 
-    def __init__(self, problems: Sequence[CallProblem]) -> None:
+    def __init__(self, problems: Sequence[CallProblem], recovery: Recovery | None) -> None:
         self.problems = tuple(problems)
         summary = "; ".join(
             f"{p.name or '?'} ({p.call_id or 'no id'}): {p.problem}" for p in problems
         )
-        super().__init__(FailureKind.INVALID_BATCH, f"batch rejected, nothing executed: {summary}")
+        super().__init__(
+            FailureKind.INVALID_BATCH,
+            f"batch rejected, nothing executed: {summary}",
+            recovery=recovery,
+        )
 
 
 class _PendingCall:
@@ -81,6 +103,13 @@ _FAILURE_KINDS = {
     "failed": FailureKind.RESPONSE_FAILED,
     "incomplete": FailureKind.RESPONSE_INCOMPLETE,
 }
+TRUNCATION_CODES = frozenset({"max_output_tokens", "max_tokens", "length"})
+
+
+def _pairable(calls: Sequence[tuple[str, str]]) -> bool:
+    """Calls can get paired observations only with non-empty, unique ids and names."""
+    ids = [call_id for call_id, _ in calls]
+    return all(ids) and all(name for _, name in calls) and len(set(ids)) == len(ids)
 
 
 class ResponseGate:
@@ -109,7 +138,7 @@ class ResponseGate:
         """The text shown so far (for failure reports)."""
         return "".join(self._text)
 
-    def accept(self, event: StreamEvent) -> Message | None:
+    def accept(self, event: StreamEvent) -> Decision | None:
         """Accept one event; return the decision only at validated completion.
 
         Raises ResponseFailure for any lifecycle, bound or validation failure.
@@ -135,19 +164,48 @@ class ResponseGate:
             self._arguments(event)
         elif isinstance(event, TextDelta | RefusalDelta):
             self._preview(event)
+        elif isinstance(event, ReasoningDelta):
+            self._observer(event)
         elif isinstance(event, ToolCallStarted):
             self._call_started(event)
         elif isinstance(event, ProviderReportedFailure):
             self._finished = True
-            detail = f" [{event.code}]" if event.code else ""
-            raise ResponseFailure(
-                _FAILURE_KINDS[event.kind],
-                f"{event.message}{detail}; buffered calls discarded",
-            )
+            self._report_usage(event.usage)
+            raise self._provider_failure(event)
         elif isinstance(event, ResponseCompleted):
             self._finished = True
+            self._report_usage(event.usage)
             return self._completed(event)
         return None
+
+    def _report_usage(self, usage: Usage | None) -> None:
+        if usage is not None:
+            self._observer(UsageReported(usage))
+
+    def _provider_failure(self, event: ProviderReportedFailure) -> ResponseFailure:
+        detail = f" [{event.code}]" if event.code else ""
+        kind = _FAILURE_KINDS[event.kind]
+        message = f"{event.message}{detail}; buffered calls discarded"
+        recovery = None
+        calls = list(self._pending.values())
+        if (
+            kind is FailureKind.RESPONSE_INCOMPLETE
+            and event.code in TRUNCATION_CODES
+            and calls
+            and _pairable([(c.call_id, c.name) for c in calls])
+        ):
+            note = (
+                "error: the response was truncated by the output limit before this call's "
+                "arguments were complete; the call was not executed. Reissue it with smaller "
+                "arguments (for example, split a large edit)."
+            )
+            message_with_calls = Message(
+                "assistant",
+                self.partial_text,
+                tuple(ToolCall(c.call_id, c.name, {}, c.arguments()) for c in calls),
+            )
+            recovery = Recovery(message_with_calls, tuple(note for _ in calls))
+        return ResponseFailure(kind, message, recovery=recovery)
 
     def _preview(self, event: TextDelta | RefusalDelta) -> None:
         self._text_chars += len(event.text)
@@ -189,7 +247,7 @@ class ResponseGate:
                 f"tool arguments exceeded {self._limits.max_argument_chars} characters",
             )
 
-    def _completed(self, event: ResponseCompleted) -> Message:
+    def _completed(self, event: ResponseCompleted) -> Decision:
         if event.response_id != self.response_id:
             raise ResponseFailure(FailureKind.LIFECYCLE, "completed response has another id")
         if event.status != "completed":
@@ -198,16 +256,23 @@ class ResponseGate:
             )
         text: list[str] = []
         terminal_calls: list[OutputCall] = []
+        reasoning: list[ReasoningItem] = []
+        waiting: list[OutputReasoning] = []  # reasoning items not yet followed by a call
         for item in event.output:
             if isinstance(item, OutputText | OutputRefusal):
                 text.append(item.text)
             elif isinstance(item, OutputCall):
                 terminal_calls.append(item)
+                reasoning.extend(ReasoningItem(item.call_id, r.item) for r in waiting)
+                waiting = []
+            elif isinstance(item, OutputReasoning):
+                waiting.append(item)
             else:
                 raise ResponseFailure(
                     FailureKind.UNSUPPORTED_OUTPUT,
                     f"output item {item.item_type!r} cannot be replayed; response rejected",
                 )
+        # Reasoning not followed by any call is never replayed: it would be an orphan.
         content = "".join(text)
         if len(content) > self._limits.max_text_chars:
             raise ResponseFailure(
@@ -215,7 +280,35 @@ class ResponseGate:
                 f"response text exceeded {self._limits.max_text_chars} characters",
             )
         self._match_streamed(terminal_calls)
-        return Message("assistant", content, self._validate_batch(terminal_calls))
+        finish_reason = self._finish_reason(event.finish_reason, bool(terminal_calls))
+        calls = self._validate_batch(terminal_calls, content)
+        message = Message(
+            "assistant",
+            content,
+            calls,
+            response_id=self.response_id,
+            usage=event.usage,
+            reasoning=tuple(reasoning),
+        )
+        return Decision(message, finish_reason, event.usage)
+
+    @staticmethod
+    def _finish_reason(stated: str | None, has_calls: bool) -> str:
+        if stated is None:
+            return "tool_calls" if has_calls else "stop"
+        if has_calls and stated in TEXT_FINISH_REASONS:
+            raise ResponseFailure(
+                FailureKind.LIFECYCLE, f"finish reason {stated!r} but the response has calls"
+            )
+        if not has_calls and stated in CALL_FINISH_REASONS:
+            raise ResponseFailure(
+                FailureKind.LIFECYCLE, f"finish reason {stated!r} but the response has no calls"
+            )
+        if stated not in TEXT_FINISH_REASONS | CALL_FINISH_REASONS:
+            raise ResponseFailure(
+                FailureKind.LIFECYCLE, f"finish reason {stated!r} is not a successful completion"
+            )
+        return stated
 
     def _match_streamed(self, terminal_calls: list[OutputCall]) -> None:
         """The terminal call list must be exactly the calls that were streamed."""
@@ -244,7 +337,9 @@ class ResponseGate:
                 f"streamed call item(s) {', '.join(missing)} missing from the terminal response",
             )
 
-    def _validate_batch(self, terminal_calls: list[OutputCall]) -> tuple[ToolCall, ...]:
+    def _validate_batch(
+        self, terminal_calls: list[OutputCall], content: str
+    ) -> tuple[ToolCall, ...]:
         problems: list[CallProblem] = []
         calls: list[ToolCall] = []
         call_ids: set[str] = set()
@@ -258,8 +353,28 @@ class ResponseGate:
                 ToolCall(call.call_id, call.name, json.loads(call.arguments), call.arguments)
             )
         if problems:
-            raise InvalidBatch(problems)
+            raise InvalidBatch(problems, self._batch_recovery(terminal_calls, problems, content))
         return tuple(calls)
+
+    def _batch_recovery(
+        self, terminal_calls: list[OutputCall], problems: list[CallProblem], content: str
+    ) -> Recovery | None:
+        if not _pairable([(c.call_id, c.name) for c in terminal_calls]):
+            return None
+        by_id = {p.call_id: p.problem for p in problems}
+        invalid = ", ".join(p.call_id for p in problems)
+        observations = tuple(
+            f"error: call rejected, not executed: {by_id[c.call_id]}"
+            if c.call_id in by_id
+            else f"error: not executed because another call in the same response was invalid "
+            f"({invalid}); reissue this call if you still need it"
+            for c in terminal_calls
+        )
+        calls = tuple(
+            ToolCall(c.call_id, c.name, _parsed_or_empty(c.arguments), c.arguments)
+            for c in terminal_calls
+        )
+        return Recovery(Message("assistant", content, calls), observations)
 
     def _problem(self, call: OutputCall, earlier_ids: set[str]) -> str | None:
         if not call.call_id:
@@ -267,7 +382,8 @@ class ResponseGate:
         if call.call_id in earlier_ids:
             return "duplicate call id"
         if call.name not in self._tools:
-            return f"tool {call.name!r} is not exposed"
+            exposed = ", ".join(sorted(self._tools)) or "none"
+            return f"tool {call.name!r} is not exposed (exposed tools: {exposed})"
         try:
             arguments = json.loads(call.arguments)
         except ValueError as exc:
@@ -276,5 +392,15 @@ class ResponseGate:
             return "arguments are not a JSON object"
         errors = sorted(self._validators[call.name].iter_errors(arguments), key=str)
         if errors:
-            return f"arguments do not match the schema: {errors[0].message}"
+            where = "/".join(str(part) for part in errors[0].absolute_path)
+            at = f" at {where}" if where else ""
+            return f"arguments do not match the schema{at}: {errors[0].message}"
         return None
+
+
+def _parsed_or_empty(arguments: str) -> dict[str, object]:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

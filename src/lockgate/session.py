@@ -38,6 +38,7 @@ async def run_session(
     max_turns: int,
     observer: Observer,
     interrupt: Callable[[], Awaitable[object]] | None = None,
+    recovery_budget: int = 0,
 ) -> SessionOutcome:
     """Run the agent on `fixture`; a provider failure, or `interrupt` completing first,
     stops the run. Nothing from an interrupted or failed response executes."""
@@ -53,6 +54,7 @@ async def run_session(
             instructions=instructions,
             max_turns=max_turns,
             observer=observer,
+            recovery_budget=recovery_budget,
         )
     )
     waiter = asyncio.ensure_future(interrupt()) if interrupt is not None else None

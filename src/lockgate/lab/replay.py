@@ -98,7 +98,7 @@ class ReplayTransport:
         if turn.connection_error:
             raise OpenFailure("connection failed: simulated connection reset", retryable=True)
         if turn.status != 200:
-            raise classify_http_failure(turn.status, turn.body)
+            raise classify_http_failure(turn.status, turn.body, turn.headers)
         stream = ScriptedStream(turn, self.paused)
         self.streams.append(stream)
         return stream

@@ -6,20 +6,23 @@ from __future__ import annotations
 import contextlib
 import random
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..boundary import StreamingModelClient
-from ..events import Observer, ignore_event
+from ..conversation import Usage
+from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
+from ..providers.base import ProviderCodec
 from ..providers.openai_responses import ResponsesCodec
 from ..providers.openai_transport import OpenAIResponsesTransport
 from ..session import run_session
 from ..transport import Transport
+from .custom import CustomCodec
 from .replay import InstrumentedTransport, ReplayTransport
-from .scenarios import FIXED_SOURCE, Scenario
+from .scenarios import FIXED_SOURCE, LabOptions, Observation, Scenario
 from .server import serve_script
 
 LabTransport = Literal["inprocess", "http"]
@@ -50,6 +53,8 @@ class LabResult:
     final_source: str
     final_answer: str
     server: ServerView | None = None
+    check_problems: tuple[str, ...] = ()
+    usage: Usage = field(default_factory=Usage)
 
     @property
     def problems(self) -> list[str]:
@@ -81,6 +86,7 @@ class LabResult:
                     f"client closed early on {self.server.closed_early} streams, "
                     f"expected {expect.closed_early}"
                 )
+        problems.extend(self.check_problems)
         return problems
 
     @property
@@ -93,6 +99,7 @@ class _Wiring:
     transport: Transport
     interrupt: Callable[[], Awaitable[object]]
     server_view: Callable[[], Awaitable[ServerView | None]]
+    requests: Callable[[], list[Mapping[str, Any]]]
 
 
 @contextlib.asynccontextmanager
@@ -104,7 +111,7 @@ async def _wiring(scenario: Scenario, kind: LabTransport) -> AsyncIterator[_Wiri
         async def no_server() -> None:
             return None
 
-        yield _Wiring(replay, replay.paused.wait, no_server)
+        yield _Wiring(replay, replay.paused.wait, no_server, lambda: list(replay.requests))
         return
     async with serve_script(turns) as server:
         transport = OpenAIResponsesTransport(
@@ -119,24 +126,41 @@ async def _wiring(scenario: Scenario, kind: LabTransport) -> AsyncIterator[_Wiri
             closed_early = sum(request.client_closed_early for request in server.requests)
             return ServerView(len(server.requests), closed_early)
 
-        yield _Wiring(transport, server.paused.wait, view)
+        yield _Wiring(
+            transport,
+            server.paused.wait,
+            view,
+            lambda: [r.body for r in server.requests if isinstance(r.body, dict)],
+        )
+
+
+def _codec(options: LabOptions) -> ProviderCodec:
+    if options.provider == "custom":
+        return CustomCodec(options.model)
+    return ResponsesCodec(
+        options.model,
+        continuation=options.continuation,
+        encrypted_reasoning=options.encrypted_reasoning,
+    )
 
 
 async def run_scenario(
     scenario: Scenario, transport: LabTransport = "inprocess", observer: Observer = ignore_event
 ) -> LabResult:
     """Run one scenario on a fresh fixture, with execution allowed; opening delays are
-    recorded, not slept (the attempt sequence is what matters)."""
+    recorded, not slept (the attempt sequence and the requested waits are what matter)."""
+    delays: list[float] = []
 
     async def skip_wall_time(delay: float) -> None:
-        pass
+        delays.append(delay)
 
+    meter = UsageMeter()
     async with _wiring(scenario, transport) as wiring:
         instrumented = InstrumentedTransport(wiring.transport, scenario.turns())
         client = StreamingModelClient(
-            ResponsesCodec(LAB_MODEL),
+            _codec(scenario.options),
             instrumented,
-            observer=observer,
+            observer=fan_out(meter, observer),
             sleep=skip_wall_time,
             rng=random.Random(0),
             idle_timeout=LAB_IDLE_TIMEOUT_SECONDS,
@@ -151,10 +175,17 @@ async def run_scenario(
                     max_turns=10,
                     observer=observer,
                     interrupt=wiring.interrupt,
+                    recovery_budget=scenario.options.recovery_budget,
                 )
             finally:
                 await instrumented.aclose()
         server = await wiring.server_view()
+        requests = wiring.requests()
+    observation = Observation(tuple(requests), tuple(delays), meter.total, outcome.stopped)
+    try:
+        check_problems = tuple(scenario.check(observation))
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        check_problems = (f"check could not read the run: {type(exc).__name__}: {exc}",)
     return LabResult(
         scenario=scenario,
         transport=transport,
@@ -167,4 +198,6 @@ async def run_scenario(
         final_source=outcome.final_source,
         final_answer=outcome.final_answer,
         server=server,
+        check_problems=check_problems,
+        usage=meter.total,
     )

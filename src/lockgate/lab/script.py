@@ -385,6 +385,32 @@ class ResponseBuilder:
             {"type": "response.output_item.done", "output_index": index, "item": item}
         )
 
+    def reasoning(self, item: dict[str, Any], pieces: int = 3) -> ResponseBuilder:
+        """A reasoning item: added (empty), its summary as deltas, then done (whole item)."""
+        index = len(self.output)
+        self._emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {"id": item["id"], "type": "reasoning", "summary": []},
+            }
+        )
+        for part_index, part in enumerate(item.get("summary", [])):
+            for piece in _split(str(part.get("text", "")), pieces):
+                self._emit(
+                    {
+                        "type": "response.reasoning_summary_text.delta",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "summary_index": part_index,
+                        "delta": piece,
+                    }
+                )
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
     def output_item(self, item: dict[str, Any]) -> ResponseBuilder:
         """An output item of another type (e.g. reasoning), added and done at once."""
         index = len(self.output)
@@ -395,9 +421,12 @@ class ResponseBuilder:
         )
 
     def completed(
-        self, output: list[dict[str, Any]] | None = None, response_id: str | None = None
+        self,
+        output: list[dict[str, Any]] | None = None,
+        response_id: str | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> ResponseBuilder:
-        response = self._response("completed", usage=_usage(self.output))
+        response = self._response("completed", usage=usage or _usage(self.output))
         if output is not None:
             response["output"] = output
         if response_id is not None:

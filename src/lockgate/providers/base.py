@@ -20,7 +20,15 @@ class StreamDecoder(Protocol):
 
 
 class ProviderCodec(Protocol):
-    """Encodes portable history for one provider and makes decoders for its streams."""
+    """Encodes portable history for one provider and makes decoders for its streams.
+
+    `producer` names the provider and model (e.g. `openai-responses:gpt-5`); assistant
+    messages are stamped with it, and native items (reasoning) are replayed only to the
+    same producer.
+    """
+
+    @property
+    def producer(self) -> str: ...
 
     def encode(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
         """Build the native request body (without transport concerns)."""

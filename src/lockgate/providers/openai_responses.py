@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from ..conversation import Message, ToolSpec
+from ..conversation import Message, ToolSpec, Usage
 from ..errors import FailureKind, ResponseFailure
 from ..events import (
     OutputCall,
     OutputItem,
+    OutputReasoning,
     OutputRefusal,
     OutputText,
     ProviderReportedFailure,
+    ReasoningDelta,
     RefusalDelta,
     ResponseCompleted,
     ResponseProgress,
@@ -49,24 +51,84 @@ def _parse_json(text: str) -> object:
     return value
 
 
-class ResponsesCodec:
-    """The OpenAI Responses request encoder and stream decoder factory."""
+Continuation = Literal["stateless", "native"]
+REASONING_MODEL_PREFIXES = ("o1", "o3", "o4", "gpt-5", "codex")
 
-    def __init__(self, model: str, *, max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS) -> None:
+
+def is_reasoning_model(model: str) -> bool:
+    """A best guess from the model name: encrypted reasoning is requested only for
+    reasoning models, since other models reject the `include` with HTTP 400."""
+    name = model.rsplit("/", 1)[-1].lower()
+    return name.startswith(REASONING_MODEL_PREFIXES) and "-chat" not in name
+
+
+class ResponsesCodec:
+    """The OpenAI Responses request encoder and stream decoder factory.
+
+    Stateless (default): every request carries the full portable history with
+    `store: false`; reasoning items come back encrypted (`include`) and are replayed
+    unchanged immediately before the call they preceded, only to the same producer.
+    Native continuation (`store: true`): a request that continues a stored response whose
+    calls it answers sends `previous_response_id` and only the new items; after a
+    text-only turn, or with another producer, it falls back to the full history.
+    """
+
+    provider = "openai-responses"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        continuation: Continuation = "stateless",
+        encrypted_reasoning: bool | None = None,
+    ) -> None:
+        if continuation not in ("stateless", "native"):
+            raise ValueError("continuation must be 'stateless' or 'native'")
         self.model = model
         self.max_output_tokens = max_output_tokens
+        self.continuation = continuation
+        self.encrypted_reasoning = (
+            is_reasoning_model(model) if encrypted_reasoning is None else encrypted_reasoning
+        )
+
+    @property
+    def producer(self) -> str:
+        return f"{self.provider}:{self.model}"
 
     def encode(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
-        return {
+        request: dict[str, Any] = {
             "model": self.model,
-            "input": encode_input(history),
             "tools": [encode_tool(tool) for tool in tools],
             "tool_choice": "auto",
             "parallel_tool_calls": False,
-            "store": False,
+            "store": self.continuation == "native",
             "stream": True,
             "max_output_tokens": self.max_output_tokens,
         }
+        anchor = self._continuation_anchor(history) if self.continuation == "native" else None
+        if anchor is None:
+            request["input"] = encode_input(history, self.producer)
+            if self.encrypted_reasoning and self.continuation == "stateless":
+                request["include"] = ["reasoning.encrypted_content"]
+        else:
+            previous = history[anchor]
+            request["previous_response_id"] = previous.response_id
+            request["input"] = encode_input(
+                history[anchor + 1 :], self.producer, answered={c.id for c in previous.tool_calls}
+            )
+        return request
+
+    def _continuation_anchor(self, history: Sequence[Message]) -> int | None:
+        """The index of the last assistant message, if the request can continue it."""
+        for index in range(len(history) - 1, -1, -1):
+            message = history[index]
+            if message.role != "assistant":
+                continue
+            if message.response_id and message.producer == self.producer and message.tool_calls:
+                return index
+            return None
+        return None
 
     def new_decoder(self) -> ResponsesDecoder:
         return ResponsesDecoder()
@@ -82,14 +144,19 @@ def encode_tool(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
-def encode_input(history: Sequence[Message]) -> list[dict[str, Any]]:
+def encode_input(
+    history: Sequence[Message], producer: str = "", *, answered: set[str] | None = None
+) -> list[dict[str, Any]]:
     """Translate portable history to Responses input items.
 
     Call ids survive translation; each assistant call becomes a `function_call` item with
-    its arguments as a JSON string, and every `function_call_output` must follow its call.
+    its arguments as a JSON string, and every `function_call_output` must follow its call
+    (or answer a call of the continued response, `answered`). Reasoning items are replayed
+    unchanged immediately before the call they preceded, only when `producer` made them:
+    never an orphan, never to another model.
     """
     items: list[dict[str, Any]] = []
-    open_calls: set[str] = set()
+    open_calls: set[str] = set(answered or ())
     for message in history:
         if message.role == "tool":
             call_id = message.tool_call_id or ""
@@ -102,7 +169,9 @@ def encode_input(history: Sequence[Message]) -> list[dict[str, Any]]:
             continue
         if message.content or not message.tool_calls:
             items.append({"role": message.role, "content": message.content})
+        replay = message.reasoning if producer and message.producer == producer else ()
         for call in message.tool_calls:
+            items.extend(dict(r.item) for r in replay if r.before_call == call.id)
             arguments = call.arguments_json or json.dumps(
                 dict(call.arguments), separators=(",", ":")
             )
@@ -115,7 +184,20 @@ def encode_input(history: Sequence[Message]) -> list[dict[str, Any]]:
                 }
             )
             open_calls.add(call.id)
+    _check_no_orphan_reasoning(items)
     return items
+
+
+def _check_no_orphan_reasoning(items: list[dict[str, Any]]) -> None:
+    for index, item in enumerate(items):
+        if item.get("type") != "reasoning":
+            continue
+        following = items[index + 1 : index + 2]
+        while following and following[0].get("type") == "reasoning":
+            index += 1
+            following = items[index + 1 : index + 2]
+        if not following or following[0].get("type") != "function_call":
+            raise ValueError("refusing to send a reasoning item without its following call")
 
 
 def _malformed(message: str) -> ResponseFailure:
@@ -154,6 +236,8 @@ class ResponsesDecoder:
             "response.output_text.delta": self._text_delta,
             "response.function_call_arguments.delta": self._arguments_delta,
             "response.refusal.delta": self._refusal_delta,
+            "response.reasoning_summary_text.delta": self._reasoning_summary_delta,
+            "response.reasoning_text.delta": self._reasoning_raw_delta,
             "response.output_item.added": self._item_added,
             "response.created": self._created,
             "response.in_progress": self._progress,
@@ -200,6 +284,14 @@ class ResponsesDecoder:
             _string(payload.get("delta"), "delta"), response_id=self._identity(payload)
         )
 
+    def _reasoning_summary_delta(self, payload: dict[str, Any]) -> StreamEvent:
+        text = _string(payload.get("delta"), "delta")
+        return ReasoningDelta(text, "summary", response_id=self._identity(payload))
+
+    def _reasoning_raw_delta(self, payload: dict[str, Any]) -> StreamEvent:
+        text = _string(payload.get("delta"), "delta")
+        return ReasoningDelta(text, "raw", response_id=self._identity(payload))
+
     def _arguments_delta(self, payload: dict[str, Any]) -> StreamEvent:
         return ToolArgumentsDelta(
             _string(payload.get("item_id"), "item_id"),
@@ -235,6 +327,7 @@ class ResponsesDecoder:
         return ResponseCompleted(
             _optional_string(response.get("status"), "response.status"),
             tuple(item for raw in output for item in _output_items(_object(raw, "output item"))),
+            _usage(response.get("usage")),
             response_id=_response_id(response),
         )
 
@@ -246,6 +339,7 @@ class ResponsesDecoder:
             "failed",
             f"response failed: {message or 'no message'}",
             code or None,
+            _usage(response.get("usage")),
             response_id=_response_id(response),
         )
 
@@ -258,6 +352,7 @@ class ResponsesDecoder:
             "incomplete",
             f"response incomplete: {reason_text}",
             reason_text,
+            _usage(response.get("usage")),
             response_id=_response_id(response),
         )
 
@@ -291,6 +386,8 @@ def _output_items(item: dict[str, Any]) -> list[OutputItem]:
                 _optional_string(item.get("arguments"), "item.arguments"),
             )
         ]
+    if kind == "reasoning":
+        return [OutputReasoning(item)]
     if kind == "message":
         content = item.get("content", [])
         if type(content) is not list:
@@ -306,3 +403,26 @@ def _output_items(item: dict[str, Any]) -> list[OutputItem]:
                 parts.append(UnsupportedOutput(f"message content {part.get('type')!s}"))
         return parts
     return [UnsupportedOutput(str(kind))]
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _usage(raw: object) -> Usage | None:
+    """Typed usage from a Responses `usage` object (missing or odd fields count as 0)."""
+    if type(raw) is not dict:
+        return None
+    input_details = raw.get("input_tokens_details")
+    output_details = raw.get("output_tokens_details")
+    return Usage(
+        input_tokens=_count(raw.get("input_tokens")),
+        cached_input_tokens=_count(
+            input_details.get("cached_tokens") if type(input_details) is dict else 0
+        ),
+        output_tokens=_count(raw.get("output_tokens")),
+        reasoning_tokens=_count(
+            output_details.get("reasoning_tokens") if type(output_details) is dict else 0
+        ),
+        total_tokens=_count(raw.get("total_tokens")),
+    )
