@@ -32,6 +32,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    received_at: float = field(default_factory=time.monotonic)  # when the request was read
     outcome: str = ""  # what the server answered: stream, HTTP status, dropped
     client_closed_early: bool = False
     # (monotonic time, what happened): "stall", "hang", "client closed", "finished"

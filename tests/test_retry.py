@@ -1,0 +1,167 @@
+"""The retry owner: classification, the server's word, the policy and its overrides."""
+
+from __future__ import annotations
+
+import email.utils
+
+import pytest
+
+from lockgate.conversation import Message
+from lockgate.errors import FailureKind, OpenFailure
+from lockgate.events import Retrying
+from lockgate.fixture import ALL_TOOLS
+from lockgate.lab.script import Turn
+from lockgate.retry import (
+    RetryPolicy,
+    classify_http_failure,
+    parse_go_duration,
+    server_requested_wait,
+)
+
+from .helpers import replay_client, text_turn
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1s", 1.0),
+        ("6m0s", 360.0),
+        ("12ms", 0.012),
+        ("2m59.56s", 179.56),
+        ("1h2m", 3720.0),
+        ("0", 0.0),
+        ("1.5s", 1.5),
+    ],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "soon", "5", "1x", "s1", "1s garbage"])
+def test_not_go_durations(text: str) -> None:
+    assert parse_go_duration(text) is None
+
+
+def test_server_wait_precedence_and_formats() -> None:
+    assert server_requested_wait({"retry-after-ms": "400", "retry-after": "9"}, NOW) == 0.4
+    assert server_requested_wait({"Retry-After": "2.5"}, NOW) == 2.5
+    date = email.utils.formatdate(NOW + 30, usegmt=True)
+    assert server_requested_wait({"retry-after": date}, NOW) == pytest.approx(30, abs=1)
+    assert server_requested_wait({"retry-after": "tomorrow"}, NOW) is None
+    assert server_requested_wait({}, NOW) is None
+
+
+def test_reset_headers_count_only_exhausted_limits() -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "1.5s",
+        "x-ratelimit-remaining-tokens": "40000",
+        "x-ratelimit-reset-tokens": "6m0s",
+    }
+    assert server_requested_wait(headers, NOW) == 1.5
+    both_unknown = {"x-ratelimit-reset-requests": "2s", "x-ratelimit-reset-tokens": "12ms"}
+    assert server_requested_wait(both_unknown, NOW) == 2.0
+
+
+def test_anthropic_reset_timestamps() -> None:
+    from datetime import UTC, datetime
+
+    reset = datetime.fromtimestamp(NOW + 12, UTC).isoformat().replace("+00:00", "Z")
+    headers = {
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": reset,
+    }
+    assert server_requested_wait(headers, NOW) == pytest.approx(12)
+
+
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504, 529])
+def test_retryable_statuses(status: int) -> None:
+    failure = classify_http_failure(status, {"error": {"code": "whatever", "message": "m"}})
+    assert failure.retryable
+    assert failure.kind is FailureKind.OPENING
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422])
+def test_terminal_statuses(status: int) -> None:
+    assert not classify_http_failure(status, {"error": {"message": "no"}}).retryable
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"code": "insufficient_quota", "message": "x"}},
+        {"error": {"type": "insufficient_quota", "code": None, "message": "x"}},
+        {"error": {"code": "billing_hard_limit_reached"}},
+        {"type": "error", "error": {"type": "billing_error", "message": "x"}},
+    ],
+)
+def test_quota_codes_are_terminal_whatever_the_headers(body: object) -> None:
+    failure = classify_http_failure(429, body, {"x-should-retry": "true", "retry-after": "1"})
+    assert not failure.retryable
+    assert failure.kind is FailureKind.QUOTA_EXHAUSTED
+    assert "quota exhausted" in failure.message
+
+
+def test_quota_is_read_from_codes_never_from_prose() -> None:
+    prose = {"error": {"code": "rate_limit_exceeded", "message": "You exceeded your current quota"}}
+    assert classify_http_failure(429, prose).retryable
+
+
+def test_x_should_retry_overrides_the_status() -> None:
+    assert not classify_http_failure(503, {}, {"x-should-retry": "false"}).retryable
+    assert classify_http_failure(400, {}, {"X-Should-Retry": "true"}).retryable
+
+
+def test_classification_carries_the_requested_wait() -> None:
+    failure = classify_http_failure(429, {}, {"retry-after-ms": "400"})
+    assert failure.retry_after == 0.4
+
+
+def test_policy_from_environment_and_overrides() -> None:
+    environ = {"LOCKGATE_RETRY_ATTEMPTS": "5", "LOCKGATE_RETRY_MAX_DELAY": "10"}
+    policy = RetryPolicy.from_environment(environ, base_delay=1.0, attempts=None)
+    assert policy == RetryPolicy(attempts=5, base_delay=1.0, max_delay=10.0, jitter=0.1)
+    assert RetryPolicy.from_environment({}, attempts=2).attempts == 2
+    with pytest.raises(ValueError, match="LOCKGATE_RETRY_JITTER"):
+        RetryPolicy.from_environment({"LOCKGATE_RETRY_JITTER": "lots"})
+    with pytest.raises(ValueError, match="whole number"):
+        RetryPolicy.from_environment({"LOCKGATE_RETRY_ATTEMPTS": "2.5"})
+    with pytest.raises(ValueError, match="jitter"):
+        RetryPolicy(jitter=1.5)
+
+
+def test_backoff_is_capped_by_the_maximum() -> None:
+    policy = RetryPolicy(base_delay=4, max_delay=5, jitter=0)
+    assert [policy.backoff(n) for n in (1, 2, 3)] == [4, 5, 5]
+
+
+async def test_server_wait_is_honoured_exactly() -> None:
+    turns = [Turn(status=429, headers={"retry-after-ms": "400"}), text_turn()]
+    client, transport, recorder = replay_client(turns)
+    await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert recorder.sleeps == [0.4]
+    retrying = [e for e in recorder.events if isinstance(e, Retrying)]
+    assert retrying[0].delay == 0.4
+    assert len(transport.requests) == 2
+
+
+async def test_a_wait_beyond_the_maximum_fails_at_once() -> None:
+    turns = [Turn(status=429, headers={"retry-after": "3600"}), text_turn()]
+    client, transport, recorder = replay_client(turns)
+    with pytest.raises(OpenFailure) as caught:
+        await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert caught.value.kind is FailureKind.RETRY_WAIT_TOO_LONG
+    assert "3600 s" in caught.value.message
+    assert recorder.sleeps == []
+    assert len(transport.requests) == 1
+
+
+async def test_policy_attempts_are_the_limit() -> None:
+    turns = [Turn(status=503) for _ in range(6)]
+    client, transport, _ = replay_client(turns)
+    client.retry = RetryPolicy(attempts=5)
+    with pytest.raises(OpenFailure):
+        await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert len(transport.requests) == 5
