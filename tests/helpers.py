@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 from lockgate.boundary import StreamingModelClient
 from lockgate.events import Event
@@ -104,4 +107,27 @@ def ends_with_file_and_usage(stdout: str, source: str) -> bool:
     return (
         re.search(r"final calculator\.py:\n" + re.escape(source) + USAGE_LINE + r"\Z", stdout)
         is not None
+    )
+
+
+def run_lockgate(
+    *args: str,
+    key: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m lockgate ARGS` as a user runs it: captured text output, no stdin.
+    `key` becomes OPENAI_API_KEY (None: the variable is absent)."""
+    environment = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    if key is not None:
+        environment["OPENAI_API_KEY"] = key
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "lockgate", *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -14,26 +12,13 @@ from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, repair_turns
 from lockgate.lab.script import ResponseBuilder
 
-from .helpers import EDIT, ServerThread, ends_with_file_and_usage
+from .helpers import EDIT, ServerThread, ends_with_file_and_usage, run_lockgate
 
 FAKE_KEY = "sk-lockgate-FAKE-KEY-7f3a9c"
 
 
-def lockgate(
-    *args: str, key: str | None = FAKE_KEY, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    if key is not None:
-        env["OPENAI_API_KEY"] = key
-    return subprocess.run(
-        [sys.executable, "-m", "lockgate", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+def lockgate(*args: str, key: str | None = FAKE_KEY) -> subprocess.CompletedProcess[str]:
+    return run_lockgate(*args, key=key)
 
 
 def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:

@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
 from lockgate.lab.scenarios import SCENARIOS
 from lockgate.lab.script import Turn
 
-from .helpers import ServerThread
+from .helpers import ServerThread, run_lockgate
 
 FAKE_KEY = "sk-proj-LOCKGATE-SECRET-4d6f2a9b7c1e"
 
 
 def run(base_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OPENAI_API_KEY": FAKE_KEY}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lockgate",
-            "run",
-            "--base-url",
-            base_url,
-            "--allow-execution",
-            "--idle-timeout",
-            "1",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=90,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    arguments = ("--base-url", base_url, "--allow-execution", "--idle-timeout", "1", *extra)
+    return run_lockgate("run", *arguments, key=FAKE_KEY, timeout=90)
 
 
 # Every scenario's turns (success, each HTTP error, each stream fault); `cancellation` hangs

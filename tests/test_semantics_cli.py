@@ -4,10 +4,8 @@ against `lockgate serve`-style loopback servers with the real SDK and the real C
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
@@ -28,7 +26,7 @@ from lockgate.lab.server import serve_script
 from lockgate.providers.openai_responses import ResponsesCodec
 from lockgate.providers.openai_transport import OpenAIResponsesTransport
 
-from .helpers import ServerThread, ends_with_file_and_usage
+from .helpers import ServerThread, ends_with_file_and_usage, run_lockgate
 
 KEY = "sk-semantics-test-key"
 ANSWER = ResponseBuilder("resp_ok").created().text("msg", "The bug is in add.").completed().turn()
@@ -45,15 +43,7 @@ QUOTA = {
 
 
 def lockgate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lockgate", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "OPENAI_API_KEY": KEY, **(env or {})},
-    )
+    return run_lockgate(*args, key=KEY, env=env)
 
 
 def test_retry_after_ms_is_honoured_then_succeeds() -> None:

@@ -17,6 +17,8 @@ import pytest
 from lockgate.lab.script import Faults, ResponseBuilder, ScriptError, Turn, load_script
 from lockgate.lab.server import serve_script
 
+from .helpers import run_lockgate
+
 
 @pytest.fixture
 def served_repair() -> Iterator[str]:
@@ -57,14 +59,7 @@ async def test_sdk_stream_helper_drives_the_repair_scenario(served_repair: str) 
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lockgate", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_lockgate(*args, timeout=60)
 
 
 @pytest.mark.parametrize(

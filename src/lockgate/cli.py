@@ -15,9 +15,9 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TextIO, TypeVar, cast
 
 import httpx
 from rich.console import Console
@@ -38,6 +38,8 @@ from .providers.openai_transport import OpenAIResponsesTransport
 from .retry import RetryPolicy
 from .session import SessionOutcome, run_session
 
+Number = TypeVar("Number", int, float)
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -53,54 +55,32 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"lockgate: error: {message}\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+def _number(
+    convert: Callable[[str], Number], what: str, valid: Callable[[Number], bool], rule: str
+) -> Callable[[str], Number]:
+    """An argparse type: parse with `convert`, then require `valid` (else: `rule`)."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not valid(value):
+            raise argparse.ArgumentTypeError(rule)
+        return value
+
+    return parse
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < 10**9:
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return value
-
-
-def _non_negative_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < 10**9:
-        raise argparse.ArgumentTypeError("must be a non-negative number of seconds")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError("must be at least 0 and less than 1")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("must be between 0 and 65535")
-    return value
+_positive_int = _number(int, "a whole number", lambda v: v >= 1, "must be at least 1")
+_positive_seconds = _number(
+    float, "a number of seconds", lambda v: 0 < v < 1e9, "must be a positive number of seconds"
+)
+_non_negative_seconds = _number(
+    float, "a number of seconds", lambda v: 0 <= v < 1e9, "must be a non-negative number of seconds"
+)
+_fraction = _number(float, "a number", lambda v: 0 <= v < 1, "must be at least 0 and less than 1")
+_port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "must be between 0 and 65535")
 
 
 def _loopback_host(text: str) -> str:
