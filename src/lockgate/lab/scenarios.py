@@ -101,18 +101,17 @@ def repair_turns() -> list[Turn]:
     ]
 
 
+def _error_body(message: str, error_type: str, code: str) -> dict[str, Any]:
+    """An OpenAI error body: `{"error": {message, type, param, code}}`."""
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+
 def _edit_stream(response_id: str) -> ResponseBuilder:
     return ResponseBuilder(response_id).created().text("msg_1", "I'll fix the bug now.")
 
 
 def retry_turns() -> list[Turn]:
-    overloaded = {
-        "error": {
-            "message": "The server is overloaded.",
-            "type": "server_error",
-            "code": "server_is_overloaded",
-        }
-    }
+    overloaded = _error_body("The server is overloaded.", "server_error", "server_is_overloaded")
     answer = (
         ResponseBuilder("resp_retry").created().text("msg_1", "The bug is in `add`: it subtracts.")
     )
@@ -254,31 +253,19 @@ def malformed_json_turns() -> list[Turn]:
 
 
 def http_401_turns() -> list[Turn]:
-    body = {
-        "error": {
-            "message": "Incorrect API key provided.",
-            "type": "invalid_request_error",
-            "code": "invalid_api_key",
-        }
-    }
+    body = _error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key")
     return [Turn(status=401, body=body), text_turn_for("resp_never")]
 
 
 def http_429_quota_turns() -> list[Turn]:
-    body = {
-        "error": {
-            "message": "You exceeded your current quota.",
-            "type": "insufficient_quota",
-            "code": "insufficient_quota",
-        }
-    }
+    body = _error_body(
+        "You exceeded your current quota.", "insufficient_quota", "insufficient_quota"
+    )
     return [Turn(status=429, body=body), text_turn_for("resp_never")]
 
 
 def http_503_then_ok_turns() -> list[Turn]:
-    body = {
-        "error": {"message": "Service unavailable.", "type": "server_error", "code": "server_error"}
-    }
+    body = _error_body("Service unavailable.", "server_error", "server_error")
     return [
         Turn(status=503, body=body, headers={"retry-after": "0"}),
         text_turn_for("resp_after_503"),
@@ -315,13 +302,9 @@ def response_failed_turns() -> list[Turn]:
 
 
 def _rate_limited(headers: dict[str, str]) -> Turn:
-    body = {
-        "error": {
-            "message": "Rate limit reached. Please try again in 2s.",
-            "type": "requests",
-            "code": "rate_limit_exceeded",
-        }
-    }
+    body = _error_body(
+        "Rate limit reached. Please try again in 2s.", "requests", "rate_limit_exceeded"
+    )
     return Turn(status=429, body=body, headers=headers)
 
 
@@ -345,9 +328,7 @@ def retry_after_too_long_turns() -> list[Turn]:
 
 
 def x_should_retry_false_turns() -> list[Turn]:
-    body = {
-        "error": {"message": "Service unavailable.", "type": "server_error", "code": "server_error"}
-    }
+    body = _error_body("Service unavailable.", "server_error", "server_error")
     return [
         Turn(status=503, body=body, headers={"x-should-retry": "false"}),
         text_turn_for("resp_never"),
