@@ -85,6 +85,7 @@ def test_reasoning_attaches_to_the_call_it_preceded_and_trailing_reasoning_is_dr
         ("stop", True, False),
         ("tool_calls", False, False),
         ("length", False, False),
+        ("end_turn", False, False),  # native reasons must be translated by the decoder
     ],
 )
 def test_finish_reason_must_agree_with_the_calls(stated: str, calls: bool, ok: bool) -> None:
@@ -154,6 +155,7 @@ def test_truncation_with_buffered_calls_is_recoverable_other_failures_are_not() 
                     "response incomplete: max_output_tokens",
                     "max_output_tokens",
                     USAGE,
+                    truncated=True,
                 ),
             ]
         )
@@ -173,7 +175,7 @@ def test_truncation_with_buffered_calls_is_recoverable_other_failures_are_not() 
             run_gate([*cut, failure])
         assert other.value.recovery is None
     with pytest.raises(ResponseFailure) as text_only:
-        run_gate([START, ProviderReportedFailure("incomplete", "cut", "max_output_tokens")])
+        run_gate([START, ProviderReportedFailure("incomplete", "cut", "x", truncated=True)])
     assert text_only.value.recovery is None
 
 

@@ -184,6 +184,8 @@ def test_failed_and_incomplete() -> None:
     assert failed.code == "server_error"
     assert isinstance(incomplete, ProviderReportedFailure)
     assert incomplete.code == "max_output_tokens"
+    assert incomplete.truncated
+    assert not failed.truncated
 
 
 @pytest.mark.parametrize(

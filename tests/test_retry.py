@@ -11,12 +11,9 @@ from lockgate.errors import FailureKind, OpenFailure
 from lockgate.events import Retrying
 from lockgate.fixture import ALL_TOOLS
 from lockgate.lab.script import Turn
-from lockgate.retry import (
-    RetryPolicy,
-    classify_http_failure,
-    parse_go_duration,
-    server_requested_wait,
-)
+from lockgate.providers.anthropic_errors import classify_anthropic_failure
+from lockgate.providers.openai_errors import classify_openai_failure
+from lockgate.retry import RetryPolicy, parse_go_duration, standard_wait
 
 from .helpers import replay_client, text_turn
 
@@ -44,48 +41,65 @@ def test_not_go_durations(text: str) -> None:
     assert parse_go_duration(text) is None
 
 
-def test_server_wait_precedence_and_formats() -> None:
-    assert server_requested_wait({"retry-after-ms": "400", "retry-after": "9"}, NOW) == 0.4
-    assert server_requested_wait({"Retry-After": "2.5"}, NOW) == 2.5
+def test_standard_wait_precedence_and_formats() -> None:
+    assert standard_wait({"retry-after-ms": "400", "retry-after": "9"}, NOW) == 0.4
+    assert standard_wait({"Retry-After": "2.5"}, NOW) == 2.5
     date = email.utils.formatdate(NOW + 30, usegmt=True)
-    assert server_requested_wait({"retry-after": date}, NOW) == pytest.approx(30, abs=1)
-    assert server_requested_wait({"retry-after": "tomorrow"}, NOW) is None
-    assert server_requested_wait({}, NOW) is None
+    assert standard_wait({"retry-after": date}, NOW) == pytest.approx(30, abs=1)
+    assert standard_wait({"retry-after": "tomorrow"}, NOW) is None
+    assert standard_wait({"retry-after-ms": "soon"}, NOW) is None
+    assert standard_wait({}, NOW) is None
 
 
-def test_reset_headers_count_only_exhausted_limits() -> None:
+def test_openai_reset_headers_count_only_exhausted_limits() -> None:
     headers = {
         "x-ratelimit-remaining-requests": "0",
         "x-ratelimit-reset-requests": "1.5s",
         "x-ratelimit-remaining-tokens": "40000",
         "x-ratelimit-reset-tokens": "6m0s",
     }
-    assert server_requested_wait(headers, NOW) == 1.5
+    assert classify_openai_failure(429, {}, headers).retry_after == 1.5
     both_unknown = {"x-ratelimit-reset-requests": "2s", "x-ratelimit-reset-tokens": "12ms"}
-    assert server_requested_wait(both_unknown, NOW) == 2.0
+    assert classify_openai_failure(429, {}, both_unknown).retry_after == 2.0
+    standard_first = {**both_unknown, "retry-after": "7"}
+    assert classify_openai_failure(429, {}, standard_first).retry_after == 7.0
 
 
-def test_anthropic_reset_timestamps() -> None:
+def test_anthropic_reset_timestamps_and_billing() -> None:
     from datetime import UTC, datetime
 
     reset = datetime.fromtimestamp(NOW + 12, UTC).isoformat().replace("+00:00", "Z")
     headers = {
         "anthropic-ratelimit-requests-remaining": "0",
         "anthropic-ratelimit-requests-reset": reset,
+        "anthropic-ratelimit-tokens-remaining": "9000",
+        "anthropic-ratelimit-tokens-reset": "2999-01-01T00:00:00Z",
     }
-    assert server_requested_wait(headers, NOW) == pytest.approx(12)
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+    failure = classify_anthropic_failure(429, body, headers, now=NOW)
+    assert failure.retryable
+    assert failure.retry_after == pytest.approx(12)
+    assert "rate_limit_error" in failure.message
+    overloaded = classify_anthropic_failure(
+        529, {"type": "error", "error": {"type": "overloaded_error"}}
+    )
+    assert overloaded.retryable
+    billing = classify_anthropic_failure(
+        402, {"type": "error", "error": {"type": "billing_error", "message": "x"}}
+    )
+    assert billing.kind is FailureKind.QUOTA_EXHAUSTED
 
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 502, 503, 504, 529])
 def test_retryable_statuses(status: int) -> None:
-    failure = classify_http_failure(status, {"error": {"code": "whatever", "message": "m"}})
+    failure = classify_openai_failure(status, {"error": {"code": "whatever", "message": "m"}})
     assert failure.retryable
     assert failure.kind is FailureKind.OPENING
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 413, 422])
 def test_terminal_statuses(status: int) -> None:
-    assert not classify_http_failure(status, {"error": {"message": "no"}}).retryable
+    assert not classify_openai_failure(status, {"error": {"message": "no"}}).retryable
 
 
 @pytest.mark.parametrize(
@@ -94,11 +108,11 @@ def test_terminal_statuses(status: int) -> None:
         {"error": {"code": "insufficient_quota", "message": "x"}},
         {"error": {"type": "insufficient_quota", "code": None, "message": "x"}},
         {"error": {"code": "billing_hard_limit_reached"}},
-        {"type": "error", "error": {"type": "billing_error", "message": "x"}},
+        {"error": {"code": "usage_limit_reached"}},
     ],
 )
 def test_quota_codes_are_terminal_whatever_the_headers(body: object) -> None:
-    failure = classify_http_failure(429, body, {"x-should-retry": "true", "retry-after": "1"})
+    failure = classify_openai_failure(429, body, {"x-should-retry": "true", "retry-after": "1"})
     assert not failure.retryable
     assert failure.kind is FailureKind.QUOTA_EXHAUSTED
     assert "quota exhausted" in failure.message
@@ -106,16 +120,16 @@ def test_quota_codes_are_terminal_whatever_the_headers(body: object) -> None:
 
 def test_quota_is_read_from_codes_never_from_prose() -> None:
     prose = {"error": {"code": "rate_limit_exceeded", "message": "You exceeded your current quota"}}
-    assert classify_http_failure(429, prose).retryable
+    assert classify_openai_failure(429, prose).retryable
 
 
 def test_x_should_retry_overrides_the_status() -> None:
-    assert not classify_http_failure(503, {}, {"x-should-retry": "false"}).retryable
-    assert classify_http_failure(400, {}, {"X-Should-Retry": "true"}).retryable
+    assert not classify_openai_failure(503, {}, {"x-should-retry": "false"}).retryable
+    assert classify_openai_failure(400, {}, {"X-Should-Retry": "true"}).retryable
 
 
 def test_classification_carries_the_requested_wait() -> None:
-    failure = classify_http_failure(429, {}, {"retry-after-ms": "400"})
+    failure = classify_openai_failure(429, {}, {"retry-after-ms": "400"})
     assert failure.retry_after == 0.4
 
 

@@ -70,12 +70,14 @@ class ToolArgumentsDelta(StreamEvent):
 
 @dataclass(frozen=True, slots=True)
 class ProviderReportedFailure(StreamEvent):
-    """The provider said the response failed: an error event, failed or incomplete."""
+    """The provider said the response failed: an error event, failed or incomplete.
+    `truncated`: it was cut off by the output-token limit (the decoder's translation)."""
 
     kind: Literal["error", "failed", "incomplete"]
     message: str
     code: str | None = None
     usage: Usage | None = None
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +116,8 @@ OutputItem = OutputText | OutputRefusal | OutputCall | OutputReasoning | Unsuppo
 @dataclass(frozen=True, slots=True)
 class ResponseCompleted(StreamEvent):
     """The provider's terminal success event with its final output list. `finish_reason`
-    is what the provider stated (`stop`, `tool_calls`, …), or None if it states none."""
+    is the provider's stated reason translated by its decoder to `stop` or `tool_calls`
+    (anything else is not a success), or None if the provider states none."""
 
     status: str
     output: tuple[OutputItem, ...]

@@ -37,8 +37,9 @@ from .events import (
     UsageReported,
 )
 
-CALL_FINISH_REASONS = frozenset({"tool_calls", "tool_use", "function_call"})
-TEXT_FINISH_REASONS = frozenset({"stop", "end_turn", "stop_sequence"})
+# Normalized finish reasons of a successful completion (decoders translate native ones).
+FINISH_WITH_CALLS = "tool_calls"
+FINISH_WITHOUT_CALLS = "stop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,6 @@ _FAILURE_KINDS = {
     "failed": FailureKind.RESPONSE_FAILED,
     "incomplete": FailureKind.RESPONSE_INCOMPLETE,
 }
-TRUNCATION_CODES = frozenset({"max_output_tokens", "max_tokens", "length"})
 
 
 def _pairable(calls: Sequence[tuple[str, str]]) -> bool:
@@ -190,7 +190,7 @@ class ResponseGate:
         calls = list(self._pending.values())
         if (
             kind is FailureKind.RESPONSE_INCOMPLETE
-            and event.code in TRUNCATION_CODES
+            and event.truncated
             and calls
             and _pairable([(c.call_id, c.name) for c in calls])
         ):
@@ -294,21 +294,19 @@ class ResponseGate:
 
     @staticmethod
     def _finish_reason(stated: str | None, has_calls: bool) -> str:
-        if stated is None:
-            return "tool_calls" if has_calls else "stop"
-        if has_calls and stated in TEXT_FINISH_REASONS:
+        """A stated (normalized) finish reason must agree with the presence of calls; a
+        provider that states none gets the one its calls imply."""
+        implied = FINISH_WITH_CALLS if has_calls else FINISH_WITHOUT_CALLS
+        if stated is None or stated == implied:
+            return implied
+        if stated in (FINISH_WITH_CALLS, FINISH_WITHOUT_CALLS):
+            having = "has" if has_calls else "has no"
             raise ResponseFailure(
-                FailureKind.LIFECYCLE, f"finish reason {stated!r} but the response has calls"
+                FailureKind.LIFECYCLE, f"finish reason {stated!r} but the response {having} calls"
             )
-        if not has_calls and stated in CALL_FINISH_REASONS:
-            raise ResponseFailure(
-                FailureKind.LIFECYCLE, f"finish reason {stated!r} but the response has no calls"
-            )
-        if stated not in TEXT_FINISH_REASONS | CALL_FINISH_REASONS:
-            raise ResponseFailure(
-                FailureKind.LIFECYCLE, f"finish reason {stated!r} is not a successful completion"
-            )
-        return stated
+        raise ResponseFailure(
+            FailureKind.LIFECYCLE, f"finish reason {stated!r} is not a successful completion"
+        )
 
     def _match_streamed(self, terminal_calls: list[OutputCall]) -> None:
         """The terminal call list must be exactly the calls that were streamed."""

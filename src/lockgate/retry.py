@@ -1,8 +1,9 @@
 """The retry owner: policy, classification of opening failures, and the server's word.
 
 Only opening a stream is ever retried. Which failures are retryable, and how long to wait,
-is decided here from the HTTP status, the JSON error body (never its prose) and the
-provider's headers; the boundary applies it.
+is decided here from the HTTP status, the standard headers, and what the provider's own
+module read from its error body and rate-limit headers (`ErrorDetails`); the boundary
+applies it. Nothing here knows any one provider's codes or header names.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ _RANDOM = random.Random()
 Sleep = Callable[[float], Awaitable[None]]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429})
-QUOTA_CODES = frozenset(
-    {"insufficient_quota", "billing_hard_limit_reached", "usage_limit_reached", "billing_error"}
-)
 ENVIRONMENT_PREFIX = "LOCKGATE_RETRY_"
 
 
@@ -81,7 +79,8 @@ class RetryPolicy:
         return cls(attempts=int(attempts), **values)
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header's value, whatever the case of its name."""
     for key, value in headers.items():
         if key.lower() == name:
             return value.strip()
@@ -103,78 +102,51 @@ def parse_go_duration(text: str) -> float | None:
     return sum(float(number) * _GO_UNITS[unit] for number, unit in parts)
 
 
-def _seconds_until(timestamp: datetime, now: float) -> float:
-    return max(0.0, timestamp.timestamp() - now)
+def seconds_until_timestamp(text: str, now: float) -> float | None:
+    """An RFC 3339 / ISO 8601 timestamp → seconds from `now` (0 if past)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    return max(0.0, moment.timestamp() - now)
 
 
-def _retry_after(value: str, now: float) -> float | None:
+def parse_retry_after(value: str, now: float) -> float | None:
     """`retry-after`: seconds (possibly fractional) or an HTTP date."""
     try:
         seconds = float(value)
     except ValueError:
         try:
-            return _seconds_until(email.utils.parsedate_to_datetime(value), now)
+            moment = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
             return None
+        return max(0.0, moment.timestamp() - now)
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def _reset_headers(headers: Mapping[str, str], now: float) -> float | None:
-    """OpenAI `x-ratelimit-reset-*` (Go durations) and Anthropic
-    `anthropic-ratelimit-*-reset` (RFC 3339). Resets whose limit is known to have remaining
-    capacity are ignored; of the others, the longest wait counts."""
-    waits: list[float] = []
-    lowered = {key.lower(): value.strip() for key, value in headers.items()}
-    for key, value in lowered.items():
-        if key.startswith("x-ratelimit-reset-"):
-            limit = key.removeprefix("x-ratelimit-reset-")
-            remaining = lowered.get(f"x-ratelimit-remaining-{limit}")
-            wait = parse_go_duration(value)
-        elif key.startswith("anthropic-ratelimit-") and key.endswith("-reset"):
-            limit = key.removeprefix("anthropic-ratelimit-").removesuffix("-reset")
-            remaining = lowered.get(f"anthropic-ratelimit-{limit}-remaining")
-            try:
-                wait = _seconds_until(datetime.fromisoformat(value), now)
-            except ValueError:
-                wait = None
-        else:
-            continue
-        if wait is None or (remaining is not None and remaining != "0"):
-            continue
-        waits.append(wait)
-    return max(waits) if waits else None
-
-
-def server_requested_wait(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """The wait the server asked for, in seconds: `retry-after-ms`, then `retry-after`,
-    then the rate-limit reset headers. None when it said nothing usable."""
-    now = time.time() if now is None else now
-    milliseconds = _header(headers, "retry-after-ms")
+def standard_wait(headers: Mapping[str, str], now: float) -> float | None:
+    """The wait asked for by the headers every provider uses: `retry-after-ms`, then
+    `retry-after`. None when they say nothing usable."""
+    milliseconds = header(headers, "retry-after-ms")
     if milliseconds is not None:
         try:
             value = float(milliseconds) / 1000
-            if math.isfinite(value) and value >= 0:
-                return value
         except ValueError:
-            pass
-    retry_after = _header(headers, "retry-after")
-    if retry_after is not None:
-        seconds = _retry_after(retry_after, now)
-        if seconds is not None:
-            return seconds
-    return _reset_headers(headers, now)
+            value = -1.0
+        if math.isfinite(value) and value >= 0:
+            return value
+    retry_after = header(headers, "retry-after")
+    return parse_retry_after(retry_after, now) if retry_after is not None else None
 
 
-def _error_fields(body: object) -> tuple[str, str, str]:
-    """(code, type, message) from an OpenAI or Anthropic JSON error body."""
-    error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict):
-        error = body if isinstance(body, dict) else {}
-    fields = []
-    for name in ("code", "type", "message"):
-        value = error.get(name)
-        fields.append(value if isinstance(value, str) else "")
-    return fields[0], fields[1], fields[2]
+@dataclass(frozen=True, slots=True)
+class ErrorDetails:
+    """What a provider module read from an error response, in provider-neutral terms."""
+
+    code: str = ""
+    message: str = ""
+    quota_exhausted: bool = False  # the body's code or type says retrying cannot help
+    reset_wait: float | None = None  # from the provider's rate-limit reset headers
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -182,26 +154,26 @@ def _one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[:limit] + "…"
 
 
-def classify_http_failure(
+def classify_opening_failure(
     status: int,
-    body: object,
+    details: ErrorDetails,
     headers: Mapping[str, str] | None = None,
     *,
     now: float | None = None,
 ) -> OpenFailure:
     """Classify an HTTP error received while opening a stream.
 
-    Retryable: 408, 409, 429 rate limits, 5xx (529 included). Terminal: a 429 (or 402)
-    whose JSON `code`/`type` names an exhausted quota, and every other status (400, 401,
-    403, 404, 422 …). `x-should-retry: true|false` overrides the status (never a quota).
+    Retryable: 408, 409, 429, 5xx (529 included). Terminal: an exhausted quota (whatever
+    the headers say) and every other status (400, 401, 403, 404, 422 …). The
+    `x-should-retry: true|false` header overrides the status. The wait is the standard
+    headers' (`retry-after-ms`, `retry-after`), else the provider's reset headers'.
     """
     headers = headers or {}
-    code, kind, message = _error_fields(body)
-    label = code or kind
-    detail = f" {label}" if label else ""
-    text = f": {_one_line(message)}" if message else ""
+    now = time.time() if now is None else now
+    detail = f" {details.code}" if details.code else ""
+    text = f": {_one_line(details.message)}" if details.message else ""
     summary = f"HTTP {status}{detail}{text}"
-    if code in QUOTA_CODES or kind in QUOTA_CODES:
+    if details.quota_exhausted:
         return OpenFailure(
             f"quota exhausted, retrying cannot help ({summary})",
             retryable=False,
@@ -209,13 +181,14 @@ def classify_http_failure(
             kind=FailureKind.QUOTA_EXHAUSTED,
         )
     retryable = status in RETRYABLE_STATUSES or status >= 500
-    should_retry = (_header(headers, "x-should-retry") or "").lower()
+    should_retry = (header(headers, "x-should-retry") or "").lower()
     if should_retry in {"true", "false"}:
         retryable = should_retry == "true"
         summary += f" (x-should-retry: {should_retry})"
+    wait = standard_wait(headers, now)
     return OpenFailure(
         summary,
         retryable=retryable,
         status=status,
-        retry_after=server_requested_wait(headers, now),
+        retry_after=details.reset_wait if wait is None else wait,
     )

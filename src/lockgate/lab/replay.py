@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import OpenFailure, StreamInterrupted
-from ..retry import classify_http_failure
+from ..providers.openai_errors import classify_openai_failure
 from ..transport import ByteStream, Transport
 from .script import Hang, Pause, Reset, Turn, body_actions
 
@@ -98,7 +98,7 @@ class ReplayTransport:
         if turn.connection_error:
             raise OpenFailure("connection failed: simulated connection reset", retryable=True)
         if turn.status != 200:
-            raise classify_http_failure(turn.status, turn.body, turn.headers)
+            raise classify_openai_failure(turn.status, turn.body, turn.headers)
         stream = ScriptedStream(turn, self.paused)
         self.streams.append(stream)
         return stream

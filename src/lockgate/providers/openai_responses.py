@@ -353,6 +353,7 @@ class ResponsesDecoder:
             f"response incomplete: {reason_text}",
             reason_text,
             _usage(response.get("usage")),
+            truncated=reason_text == "max_output_tokens",
             response_id=_response_id(response),
         )
 

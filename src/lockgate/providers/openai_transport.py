@@ -15,7 +15,7 @@ import openai
 from openai import AsyncOpenAI
 
 from ..errors import OpenFailure, StreamInterrupted
-from ..retry import classify_http_failure
+from .openai_errors import classify_openai_failure
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 
@@ -73,7 +73,7 @@ class OpenAIResponsesTransport:
         try:
             response = await context.__aenter__()
         except openai.APIStatusError as exc:
-            raise classify_http_failure(exc.status_code, exc.body, exc.response.headers) from None
+            raise classify_openai_failure(exc.status_code, exc.body, exc.response.headers) from None
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise OpenFailure(f"connection failed: {_describe(exc)}", retryable=True) from None
         return _SDKByteStream(context, response)

@@ -1,0 +1,53 @@
+"""OpenAI error responses: the body's code/type, terminal quota codes, and the
+`x-ratelimit-reset-*` headers, turned into provider-neutral `ErrorDetails`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from ..errors import OpenFailure
+from ..retry import ErrorDetails, classify_opening_failure, parse_go_duration
+
+# 429 has two meanings; these codes say retrying never helps (read from codes, not prose).
+QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "usage_limit_reached"})
+
+
+def _reset_wait(headers: Mapping[str, str]) -> float | None:
+    """`x-ratelimit-reset-{requests,tokens}` as Go durations. A limit known to have capacity
+    left (`x-ratelimit-remaining-*` not 0) does not count; of the others the longest wins."""
+    lowered = {key.lower(): value.strip() for key, value in headers.items()}
+    waits = []
+    for key, value in lowered.items():
+        if not key.startswith("x-ratelimit-reset-"):
+            continue
+        remaining = lowered.get("x-ratelimit-remaining-" + key.removeprefix("x-ratelimit-reset-"))
+        wait = parse_go_duration(value)
+        if wait is not None and remaining in (None, "0"):
+            waits.append(wait)
+    return max(waits) if waits else None
+
+
+def openai_error_details(body: object, headers: Mapping[str, str]) -> ErrorDetails:
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        error = body if isinstance(body, dict) else {}
+    code, kind, message = (error.get(name) for name in ("code", "type", "message"))
+    code = code if isinstance(code, str) else ""
+    kind = kind if isinstance(kind, str) else ""
+    return ErrorDetails(
+        code=code or kind,
+        message=message if isinstance(message, str) else "",
+        quota_exhausted=code in QUOTA_CODES or kind in QUOTA_CODES,
+        reset_wait=_reset_wait(headers),
+    )
+
+
+def classify_openai_failure(
+    status: int, body: object, headers: Mapping[str, str] | None = None, *, now: float | None = None
+) -> OpenFailure:
+    headers = headers or {}
+    details = openai_error_details(body, headers)
+    return classify_opening_failure(
+        status, details, headers, now=time.time() if now is None else now
+    )
