@@ -49,6 +49,7 @@ class Conversation:
     events: tuple[Mapping[str, Any], ...]
     calls: tuple[tuple[str, str, str], ...]  # (call id, name, argument text)
     text: str
+    reasoning: tuple[tuple[str, dict[str, Any]], ...] = ()  # (call id it precedes, item)
 
 
 @st.composite
@@ -56,6 +57,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
     builder = ResponseBuilder(f"resp_{draw(st.integers(0, 10**6))}").created()
     text = ""
     calls = []
+    reasoning: list[tuple[str, dict[str, Any]]] = []
     for index in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
             piece = draw(texts)
@@ -64,6 +66,16 @@ def conversations(draw: st.DrawFn) -> Conversation:
         name, arguments = draw(call_arguments())
         encoded = json.dumps(arguments, ensure_ascii=draw(st.booleans()))
         call_id = f"call_{index}"
+        if draw(st.booleans()):  # reasoning items precede calls on reasoning models
+            summary = [{"type": "summary_text", "text": draw(texts)}]
+            item = {
+                "id": f"rs_{index}",
+                "type": "reasoning",
+                "summary": summary,
+                "encrypted_content": "e",
+            }
+            builder.reasoning(item, draw(st.integers(1, 4)))
+            reasoning.append((call_id, item))
         builder.call(f"fc_{index}", call_id, name, encoded, draw(st.integers(1, 8)))
         calls.append((call_id, name, encoded))
     if not calls or draw(st.booleans()):
@@ -71,7 +83,7 @@ def conversations(draw: st.DrawFn) -> Conversation:
         builder.text("msg_last", piece, draw(st.integers(1, 6)))
         text += piece
     builder.completed()
-    return Conversation(tuple(builder.events), tuple(calls), text)
+    return Conversation(tuple(builder.events), tuple(calls), text, tuple(reasoning))
 
 
 fragment_sizes = st.lists(st.integers(1, 97), min_size=1, max_size=12).map(tuple)
@@ -114,6 +126,9 @@ def test_valid_stream_decodes_identically_however_fragmented(
     assert reference.content == conversation.text
     assert [(c.id, c.name, c.arguments_json) for c in reference.tool_calls] == list(
         conversation.calls
+    )
+    assert [(r.before_call, dict(r.item)) for r in reference.reasoning] == list(
+        conversation.reasoning
     )
 
 
