@@ -25,10 +25,6 @@ class SessionOutcome:
     final_source: str
     final_answer: str = ""  # the last assistant text, when the model finished
 
-    @property
-    def provider_failed(self) -> bool:
-        return self.outcome not in {"model_finished", "turn_limit", "interrupted"}
-
 
 async def run_session(
     fixture: Path,

@@ -47,7 +47,6 @@ class LabResult:
     observed: str
     stopped: str
     tools_executed: int
-    streams_opened: int
     streams_closed: bool
     attempts: int
     final_source: str
@@ -192,7 +191,6 @@ async def run_scenario(
         observed=outcome.outcome,
         stopped=outcome.stopped,
         tools_executed=outcome.executed_tools,
-        streams_opened=len(instrumented.streams),
         streams_closed=all(stream.closed for stream in instrumented.streams),
         attempts=client.opening_attempts,
         final_source=outcome.final_source,
