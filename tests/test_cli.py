@@ -212,3 +212,13 @@ def test_run_http_error_is_one_line_without_retry() -> None:
     assert "stopped: provider_failure (opening: HTTP 401 invalid_api_key" in result.stdout
     assert FAKE_KEY not in result.stdout + result.stderr
     assert_no_traceback(result)
+
+
+def test_lab_json_summary_has_one_line_per_run() -> None:
+    result = lockgate("lab", "--transport", "inprocess", "--json")
+    assert result.returncode == 0
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    inprocess = [s.name for s in SCENARIOS if "inprocess" in s.transports]
+    assert [r["scenario"] for r in records] == inprocess
+    assert all(r["as_expected"] and r["problems"] == [] for r in records)
+    assert {r["transport"] for r in records} == {"inprocess"}

@@ -327,6 +327,27 @@ def _lab_table(results: Sequence[LabResult], out: TextIO) -> None:
     Console(file=out, width=200, highlight=False).print(table)
 
 
+def _lab_json(result: LabResult) -> None:
+    """One JSON line per lab run, with the same columns as the table."""
+    server = result.server
+    JsonLinesDisplay(sys.stdout).emit(
+        {
+            "event": "lab_run",
+            "scenario": result.scenario.name,
+            "transport": result.transport,
+            "expected": result.scenario.expect.outcome,
+            "observed": result.observed,
+            "tools_executed": result.tools_executed,
+            "stream_closed": result.streams_closed,
+            "opening_attempts": result.attempts,
+            "server_requests": server.requests if server else None,
+            "client_closed_early": server.closed_early if server else None,
+            "as_expected": result.as_expected,
+            "problems": result.problems,
+        }
+    )
+
+
 def _lab_runs(scenarios: Sequence[Scenario], transport: str) -> list[tuple[Scenario, LabTransport]]:
     wanted: tuple[LabTransport, ...] = (
         ("inprocess", "http") if transport == "both" else (cast(LabTransport, transport),)
@@ -337,9 +358,13 @@ def _lab_runs(scenarios: Sequence[Scenario], transport: str) -> list[tuple[Scena
 async def _run_lab(args: argparse.Namespace) -> int:
     if args.scenario is None:
         results = [await run_scenario(s, kind) for s, kind in _lab_runs(SCENARIOS, args.transport)]
-        _lab_table(results, sys.stdout)
         failed = [result for result in results if not result.as_expected]
-        print(f"{len(results) - len(failed)} of {len(results)} runs behaved as expected")
+        if args.json:
+            for result in results:
+                _lab_json(result)
+        else:
+            _lab_table(results, sys.stdout)
+            print(f"{len(results) - len(failed)} of {len(results)} runs behaved as expected")
         return EXIT_OK if not failed else EXIT_FAILED
     scenario = SCENARIOS_BY_NAME[args.scenario]
     runs = _lab_runs([scenario], args.transport)
