@@ -75,7 +75,8 @@ class OpenAIResponsesTransport:
         except openai.APIStatusError as exc:
             raise classify_openai_failure(exc.status_code, exc.body, exc.response.headers) from None
         except openai.APIConnectionError as exc:  # includes APITimeoutError
-            raise OpenFailure(f"connection failed: {_describe(exc)}", retryable=True) from None
+            cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
+            raise OpenFailure(f"connection failed: {_describe(cause)}", retryable=True) from None
         return _SDKByteStream(context, response)
 
     async def aclose(self) -> None:
