@@ -113,7 +113,7 @@ def decide(turn: Turn) -> Message | ResponseFailure:
 @settings(
     max_examples=EXAMPLES["fragmentation"],
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
+    suppress_health_check=list(HealthCheck),
 )
 @given(conversations(), framings)
 def test_valid_stream_decodes_identically_however_fragmented(
@@ -214,7 +214,7 @@ def streamed_arguments(events: Sequence[Mapping[str, Any]], item_id: str) -> str
 
 
 @settings(
-    max_examples=EXAMPLES["corruption"], deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=EXAMPLES["corruption"], deadline=None, suppress_health_check=list(HealthCheck)
 )
 @given(corrupted())
 def test_tools_run_only_from_a_complete_validated_response(case: tuple[Conversation, Turn]) -> None:
@@ -285,7 +285,7 @@ RETRYABLE_STEPS = {
 openings = st.lists(st.sampled_from(sorted(OPENING_STEPS)), min_size=1, max_size=5)
 
 
-@settings(max_examples=EXAMPLES["opening"], deadline=None)
+@settings(max_examples=EXAMPLES["opening"], deadline=None, suppress_health_check=list(HealthCheck))
 @given(openings)
 def test_only_opening_is_retried_and_at_most_three_times(plan: list[str]) -> None:
     plan = [*plan, "401"]  # the provider's last word, should the client still be asking
