@@ -13,47 +13,16 @@ Run: `python3 dev.py bench` or `.venv/bin/python benchmarks/hostile.py [--repeat
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from lockgate.lab.scenarios import EDIT_FIX
-from lockgate.lab.script import Faults, ResponseBuilder, Turn
-from lockgate.lab.server import ScriptedServer, serve_script
+from lockgate.lab.script import Faults, ResponseBuilder
+from lockgate.lab.server import ServerThread
 
 KEY = "sk-benchmark-not-a-secret"
-
-
-@contextmanager
-def served(turns: list[Turn]) -> Iterator[ScriptedServer]:
-    ready = threading.Event()
-    holder: list[ScriptedServer] = []
-    loop_holder: list[asyncio.AbstractEventLoop] = []
-    stop_holder: list[asyncio.Event] = []
-
-    async def main() -> None:
-        loop_holder.append(asyncio.get_running_loop())
-        stop = asyncio.Event()
-        stop_holder.append(stop)
-        async with serve_script(turns) as server:
-            holder.append(server)
-            ready.set()
-            await stop.wait()
-            await server.settle()
-
-    thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
-        yield holder[0]
-    finally:
-        loop_holder[0].call_soon_threadsafe(stop_holder[0].set)
-        thread.join(10)
 
 
 def run_cli(base_url: str, *extra: str) -> tuple[int, float]:
@@ -86,25 +55,26 @@ def partial_edit() -> ResponseBuilder:
 
 def stall_seconds() -> float:
     turn = partial_edit().turn(faults=Faults(stall_after=4, stall_seconds=60))
-    with served([turn]) as server:
-        code, _ = run_cli(server.base_url, "--idle-timeout", "2")
+    with ServerThread([turn]) as running:
+        code, _ = run_cli(running.base_url, "--idle-timeout", "2")
     assert code == 1
-    timeline = dict((label, at) for at, label in server.requests[0].timeline)
+    assert running.server is not None
+    timeline = dict((label, at) for at, label in running.server.requests[0].timeline)
     return timeline["client closed"] - timeline["stall"]
 
 
 def giant_frame_rss() -> float:
     turn = partial_edit().turn(faults=Faults(giant_frame_bytes=1 << 30, fragment_sizes=(65536,)))
-    with served([turn]) as server:
-        code, rss = run_cli(server.base_url)
+    with ServerThread([turn]) as running:
+        code, rss = run_cli(running.base_url)
     assert code == 1
     return rss
 
 
 def baseline_rss() -> float:
     turn = ResponseBuilder("resp_ok").created().text("msg", "The bug is in add.").completed().turn()
-    with served([turn]) as server:
-        code, rss = run_cli(server.base_url)
+    with ServerThread([turn]) as running:
+        code, rss = run_cli(running.base_url)
     assert code == 0
     return rss
 

@@ -1,6 +1,9 @@
-"""Shared test helpers: scripted turns and a client wired to the in-process replay."""
+"""Shared test helpers: scripted turns, a client wired to the in-process replay, the CLI in a
+subprocess. `ServerThread` is re-exported from the library for the subprocess tests."""
 
 from __future__ import annotations
+
+__all__ = ["ServerThread"]  # re-exported; the rest are plain helpers
 
 import os
 import random
@@ -11,6 +14,7 @@ from lockgate.boundary import StreamingModelClient
 from lockgate.events import Event
 from lockgate.lab.replay import ReplayTransport
 from lockgate.lab.script import ResponseBuilder, Turn
+from lockgate.lab.server import ServerThread
 from lockgate.providers.openai_responses import ResponsesCodec
 
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
@@ -52,49 +56,6 @@ def replay_client(
         rng=random.Random(1),
     )
     return client, transport, recorder
-
-
-class ServerThread:
-    """Runs `serve_script` on its own event loop in a thread, for subprocess tests."""
-
-    def __init__(self, turns: list[Turn]) -> None:
-        import asyncio
-        import threading
-
-        from lockgate.lab.server import ScriptedServer, serve_script
-
-        self._turns = turns
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self.server: ScriptedServer | None = None
-
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = asyncio.Event()
-            async with serve_script(self._turns) as server:
-                self.server = server
-                self._ready.set()
-                await self._stop.wait()
-
-        self._thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError("scripted server did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._loop is not None
-        assert self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    @property
-    def base_url(self) -> str:
-        assert self.server is not None
-        return self.server.base_url
 
 
 USAGE_LINE = r"usage: input=\d+ \(cached=\d+\) output=\d+ \(reasoning=\d+\) total=\d+\n"

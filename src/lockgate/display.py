@@ -10,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from .conversation import Message, ToolCall
 from .events import (
     DecisionReady,
     Event,
@@ -146,13 +145,11 @@ class HumanDisplay:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, Message | ToolCall):
-        return {key: _jsonable(item) for key, item in dataclasses.asdict(value).items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, tuple | list):
         return [_jsonable(item) for item in value]
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(key): _jsonable(item) for key, item in value.items()}
     return value
 

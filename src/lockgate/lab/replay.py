@@ -87,7 +87,6 @@ class ReplayTransport:
         self.requests: list[Mapping[str, Any]] = []
         self.streams: list[ScriptedStream] = []
         self.paused = asyncio.Event()  # set when a stream goes silent (`end="hang"`)
-        self.closed = False
 
     async def open(self, request: Mapping[str, Any]) -> ScriptedStream:
         self.requests.append(request)
@@ -104,4 +103,4 @@ class ReplayTransport:
         return stream
 
     async def aclose(self) -> None:
-        self.closed = True
+        """Nothing to release: there is no connection."""

@@ -23,6 +23,7 @@ from ..transport import Transport
 from .custom import CustomCodec
 from .replay import InstrumentedTransport, ReplayTransport
 from .scenarios import FIXED_SOURCE, LabOptions, Observation, Scenario
+from .script import Turn
 from .server import serve_script
 
 LabTransport = Literal["inprocess", "http"]
@@ -102,8 +103,7 @@ class _Wiring:
 
 
 @contextlib.asynccontextmanager
-async def _wiring(scenario: Scenario, kind: LabTransport) -> AsyncIterator[_Wiring]:
-    turns = scenario.turns()
+async def _wiring(turns: list[Turn], kind: LabTransport) -> AsyncIterator[_Wiring]:
     if kind == "inprocess":
         replay = ReplayTransport(turns)
 
@@ -154,8 +154,9 @@ async def run_scenario(
         delays.append(delay)
 
     meter = UsageMeter()
-    async with _wiring(scenario, transport) as wiring:
-        instrumented = InstrumentedTransport(wiring.transport, scenario.turns())
+    turns = scenario.turns()
+    async with _wiring(turns, transport) as wiring:
+        instrumented = InstrumentedTransport(wiring.transport, turns)
         client = StreamingModelClient(
             _codec(scenario.options),
             instrumented,

@@ -412,7 +412,8 @@ class ResponseBuilder:
         )
 
     def output_item(self, item: dict[str, Any]) -> ResponseBuilder:
-        """An output item of another type (e.g. reasoning), added and done at once."""
+        """An output item of any other type (e.g. a built-in tool call), added and done at
+        once."""
         index = len(self.output)
         self._emit({"type": "response.output_item.added", "output_index": index, "item": item})
         self.output.append(item)

@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import struct
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -225,3 +226,48 @@ async def serve_script(
         server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 2)
+
+
+class ServerThread:
+    """`serve_script` on its own event loop in a background thread, for synchronous code
+    (a subprocess test, a benchmark). On exit it waits for open connections to finish, so
+    `server.requests` is final, then stops the server.
+
+        with ServerThread(turns) as running:
+            subprocess.run([..., "--base-url", running.base_url])
+            running.server.requests
+    """
+
+    def __init__(self, turns: Sequence[Turn], host: str = "127.0.0.1", port: int = 0) -> None:
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.server: ScriptedServer | None = None
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            async with serve_script(turns, host, port) as server:
+                self.server = server
+                self._ready.set()
+                await self._stop.wait()
+                await server.settle()
+
+        self._thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the scripted server did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    @property
+    def base_url(self) -> str:
+        if self.server is None:
+            raise RuntimeError("the scripted server is not running")
+        return self.server.base_url

@@ -189,14 +189,11 @@ def encode_input(
 
 
 def _check_no_orphan_reasoning(items: list[dict[str, Any]]) -> None:
-    for index, item in enumerate(items):
-        if item.get("type") != "reasoning":
-            continue
-        following = items[index + 1 : index + 2]
-        while following and following[0].get("type") == "reasoning":
-            index += 1
-            following = items[index + 1 : index + 2]
-        if not following or following[0].get("type") != "function_call":
+    """Every run of reasoning items must be followed by a function call."""
+    kinds = [item.get("type") for item in items]
+    for index, kind in enumerate(kinds):
+        following = kinds[index + 1] if index + 1 < len(kinds) else None
+        if kind == "reasoning" and following not in ("reasoning", "function_call"):
             raise ValueError("refusing to send a reasoning item without its following call")
 
 
