@@ -1,0 +1,144 @@
+"""Credentials: whether an API key is usable, and keeping secrets out of everything printed.
+
+`api_key_problem` vets a key before any request is made; its reason never quotes the key.
+`Redactor` replaces secrets in finished text and in values about to be JSON-encoded;
+`StreamRedactor` does the same for text that arrives in pieces (model deltas), holding back
+just enough that a secret split across two pieces is never released whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable
+
+__all__ = ["MIN_KEY_CHARS", "REDACTED", "Redactor", "StreamRedactor", "api_key_problem"]
+
+REDACTED = "[redacted]"
+MIN_KEY_CHARS = 4
+
+# Unicode categories a key must not contain: controls, format characters (zero-width and
+# bidi marks) and every kind of separator (spaces, line and paragraph separators).
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Zs"})
+
+
+def api_key_problem(key: str) -> str | None:
+    """None if `key` can be sent and kept out of output, else a one-line reason.
+
+    The reason is fixed text: it never quotes the key, a character of it, or its position,
+    so it is safe to print. A key shorter than `MIN_KEY_CHARS` is refused because redacting
+    it would mangle ordinary output (and it cannot be a real key); whitespace or controls
+    would corrupt the `Authorization` header or hide in a copied value; non-ASCII characters
+    cannot travel in an HTTP header at all.
+    """
+    if not key:
+        return "the API key is empty"
+    if len(key) < MIN_KEY_CHARS:
+        return f"the API key is too short to be kept out of output (under {MIN_KEY_CHARS} chars)"
+    if any(char.isspace() or unicodedata.category(char) in _FORBIDDEN_CATEGORIES for char in key):
+        return "the API key contains whitespace or control characters"
+    if not key.isascii():
+        return "the API key contains non-ASCII characters, which HTTP headers cannot carry"
+    return None
+
+
+def _forms(secret: str) -> set[str]:
+    """The secret as written raw and as it appears inside a JSON string (both encodings)."""
+    return {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+
+
+class Redactor:
+    """Replaces every occurrence of each secret with `[redacted]`.
+
+    Empty secrets are ignored; every other secret is redacted whatever its length. Each
+    secret's JSON-escaped forms (a `"` as `\\"`, a `\\` as `\\\\`, non-ASCII as `\\uXXXX`)
+    are redacted too, so redacting already-encoded text is still safe. Matching is one
+    left-to-right pass in which, at each position, the longest matching secret wins.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if secret:
+                forms |= _forms(secret)
+        ordered = sorted(forms, key=lambda form: (-len(form), form))
+        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        # Every proper prefix of a form, anchored at the end: where a stream must hold back.
+        prefixes = sorted({form[:end] for form in ordered for end in range(1, len(form))})
+        self._pending = (
+            re.compile("(?:" + "|".join(map(re.escape, prefixes)) + r")\Z") if prefixes else None
+        )
+        self._longest = len(ordered[0]) if ordered else 0
+
+    def __call__(self, text: str) -> str:
+        """`text` with every secret replaced."""
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(REDACTED, text)
+
+    def redact_value(self, value: object) -> object:
+        """`value` with every string inside it redacted: dict keys and values, list and tuple
+        items, recursively. Used before JSON encoding, so the encoder never sees a secret."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {self.redact_value(key): self.redact_value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.redact_value(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self.redact_value(item) for item in value)
+        return value
+
+    def stream(self) -> StreamRedactor:
+        """A fresh redactor for one stream of text arriving in pieces."""
+        return StreamRedactor(self)
+
+
+class StreamRedactor:
+    """Redacts text that arrives in pieces, exactly as `Redactor` would redact the whole.
+
+    `feed` releases what is certain and holds back the longest suffix that is a proper
+    prefix of a secret (it may still complete with the next piece); `flush` releases the
+    rest. For any split of a text into pieces, the released parts joined equal
+    `Redactor(secrets)(text)`, so a secret split across pieces is never released whole.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._pattern = redactor._pattern
+        self._pending = redactor._pending
+        self._longest = redactor._longest
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """The redacted text that can be released now that `piece` arrived."""
+        if self._pattern is None:
+            return piece
+        buffer = self._held + piece
+        released: list[str] = []
+        position = 0
+        while True:
+            hold = self._hold_start(buffer, position)
+            match = self._pattern.search(buffer, position)
+            # A match starting before `hold` is final: no longer secret can still match there.
+            if match is None or match.start() >= hold:
+                released.append(buffer[position:hold])
+                self._held = buffer[hold:]
+                return "".join(released)
+            released.append(buffer[position : match.start()])
+            released.append(REDACTED)
+            position = match.end()
+
+    def flush(self) -> str:
+        """Everything still held, redacted; the stream starts afresh afterwards."""
+        held, self._held = self._held, ""
+        return self._pattern.sub(REDACTED, held) if self._pattern is not None else held
+
+    def _hold_start(self, buffer: str, position: int) -> int:
+        """Where the longest suffix of `buffer[position:]` that could begin a secret starts
+        (`len(buffer)` when there is none)."""
+        if self._pending is None:  # only one-character secrets: nothing can be pending
+            return len(buffer)
+        start = max(position, len(buffer) - self._longest + 1)
+        match = self._pending.search(buffer, start)
+        return match.start() if match is not None else len(buffer)
