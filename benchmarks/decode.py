@@ -25,11 +25,11 @@ from typing import Any, cast
 import httpx
 import openai
 
-from lockgate.boundary import StreamingModelClient
+from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.fixture import ALL_TOOLS
 from lockgate.lab.script import ResponseBuilder, sse_bytes
-from lockgate.providers.openai_responses import ResponsesCodec
+from lockgate.providers.responses.codec import ResponsesCodec
 
 CHUNK_BYTES = 16 * 1024
 TEXT_DELTAS = 20_000

@@ -9,13 +9,16 @@ import os
 import random
 import subprocess
 import sys
+from typing import Any
 
-from lockgate.boundary import StreamingModelClient
+from lockgate.client import StreamingModelClient
 from lockgate.events import Event
 from lockgate.lab.replay import ReplayTransport
 from lockgate.lab.script import ResponseBuilder, Turn
 from lockgate.lab.server import ServerThread
-from lockgate.providers.openai_responses import ResponsesCodec
+from lockgate.providers.base import TransportOptions
+from lockgate.providers.openai.transport import OpenAITransport
+from lockgate.providers.responses.codec import ResponsesCodec
 
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
 
@@ -27,6 +30,11 @@ def edit_turn(response_id: str = "resp_1") -> Turn:
 
 def text_turn(text: str = "All done.", response_id: str = "resp_t") -> Turn:
     return ResponseBuilder(response_id).created().text("msg_1", text).completed().turn()
+
+
+def responses_transport(**options: Any) -> OpenAITransport:
+    """The SDK transport for Responses, from `TransportOptions` fields."""
+    return OpenAITransport(TransportOptions(**options), "responses")
 
 
 class Recorder:

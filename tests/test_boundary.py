@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from lockgate.boundary import StreamingModelClient
+from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from lockgate.events import DecisionReady, ResponseFailed, Retrying
 from lockgate.fixture import ALL_TOOLS
 from lockgate.lab.script import Faults, ResponseBuilder, Turn, sse_bytes
-from lockgate.providers.openai_responses import ResponsesCodec
+from lockgate.providers.responses.codec import ResponsesCodec
 from lockgate.retry import RetryPolicy
 
 from .helpers import EDIT, Recorder, edit_turn, replay_client, text_turn

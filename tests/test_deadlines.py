@@ -7,16 +7,15 @@ import time
 
 import pytest
 
-from lockgate.boundary import StreamingModelClient
+from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
 from lockgate.lab.script import Faults, ResponseBuilder, Turn
 from lockgate.lab.server import serve_script
-from lockgate.providers.openai_responses import ResponsesCodec
-from lockgate.providers.openai_transport import OpenAIResponsesTransport
+from lockgate.providers.responses.codec import ResponsesCodec
 
-from .helpers import EDIT, replay_client
+from .helpers import EDIT, replay_client, responses_transport
 
 HISTORY = [Message("user", "go")]
 
@@ -76,7 +75,7 @@ def test_timeouts_must_be_positive() -> None:
 
 async def test_idle_timeout_over_http_closes_the_connection() -> None:
     async with serve_script([stalled()]) as server:
-        transport = OpenAIResponsesTransport(
+        transport = responses_transport(
             api_key="sk-test", base_url=server.base_url, read_timeout=10
         )
         client = StreamingModelClient(

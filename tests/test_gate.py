@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 import pytest
 
@@ -39,11 +38,10 @@ def call_events(item: str, call: str, name: str, arguments: str) -> list[StreamE
 
 
 def completed(
-    *items: OutputCall | OutputText | UnsupportedOutput,
-    response_id: str = "r1",
-    status: str = "completed",
+    *items: OutputCall | OutputText | UnsupportedOutput, response_id: str = "r1"
 ) -> ResponseCompleted:
-    return ResponseCompleted(status, tuple(items), response_id=response_id)
+    """A terminal success with an output snapshot (the Responses shape)."""
+    return ResponseCompleted(None, None, tuple(items), response_id=response_id)
 
 
 def feed(
@@ -104,28 +102,18 @@ def test_response_identity_must_match() -> None:
     assert failure_of([START, completed(response_id="r2")]).kind is FailureKind.LIFECYCLE
 
 
-def test_terminal_status_must_be_completed() -> None:
-    assert failure_of([START, completed(status="in_progress")]).kind is FailureKind.LIFECYCLE
-
-
 @pytest.mark.parametrize(
-    ("kind", "expected"),
-    [
-        ("error", FailureKind.PROVIDER_ERROR),
-        ("failed", FailureKind.RESPONSE_FAILED),
-        ("incomplete", FailureKind.RESPONSE_INCOMPLETE),
-    ],
+    "kind",
+    [FailureKind.PROVIDER_ERROR, FailureKind.RESPONSE_FAILED, FailureKind.RESPONSE_INCOMPLETE],
 )
-def test_provider_failures_discard_buffered_calls(
-    kind: Literal["error", "failed", "incomplete"], expected: FailureKind
-) -> None:
+def test_provider_failures_discard_buffered_calls(kind: FailureKind) -> None:
     events = [
         START,
         *call_events("fc_1", "call_1", "edit", EDIT_ARGS),
         ProviderReportedFailure(kind, "bad", "code_x"),
     ]
     failure = failure_of(events)
-    assert failure.kind is expected
+    assert failure.kind is kind
     assert "discarded" in failure.message
     assert "code_x" in failure.message
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from lockgate.conversation import Message, ToolCall
+from lockgate.conversation import CallPart, Message, NativeItem, ToolCall
 from lockgate.errors import ResponseFailure
 from lockgate.fixture import ALL_TOOLS, FIXTURE_FILES
 from lockgate.lab.script import Faults, ResponseBuilder, Turn
@@ -127,9 +127,20 @@ def test_valid_stream_decodes_identically_however_fragmented(
     assert [(c.id, c.name, c.arguments_json) for c in reference.tool_calls] == list(
         conversation.calls
     )
-    assert [(r.before_call, dict(r.item)) for r in reference.reasoning] == list(
-        conversation.reasoning
-    )
+    assert reasoning_before_calls(reference) == list(conversation.reasoning)
+
+
+def reasoning_before_calls(message: Message) -> list[tuple[str, dict[str, Any]]]:
+    """(id of the call that follows, item) for each reasoning item of the output."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    waiting: list[dict[str, Any]] = []
+    for part in message.output:
+        if isinstance(part, NativeItem) and part.kind == "reasoning":
+            waiting.append(dict(part.item))
+        elif isinstance(part, CallPart):
+            found.extend((part.call_id, item) for item in waiting)
+            waiting = []
+    return found
 
 
 # --- corruptions ---------------------------------------------------------------------------

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from lockgate.conversation import Message, ReasoningItem, ToolCall, ToolSpec, Usage
+from lockgate.conversation import (
+    CallPart,
+    Message,
+    NativeItem,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from lockgate.errors import FailureKind, Recovery, ResponseFailure
 from lockgate.events import (
     Event,
     OutputCall,
-    OutputReasoning,
+    OutputNative,
     OutputText,
     ProviderReportedFailure,
     ReasoningDelta,
@@ -26,7 +35,7 @@ from lockgate.events import (
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import Decision, InvalidBatch, ResponseGate
 from lockgate.loop import run_agent
-from lockgate.providers.openai_responses import ResponsesCodec, is_reasoning_model
+from lockgate.providers.responses.codec import ResponsesCodec, is_reasoning_model
 from lockgate.tools import ToolError
 
 RS_1 = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "enc-1"}
@@ -56,20 +65,36 @@ def test_reasoning_attaches_to_the_call_it_preceded_and_trailing_reasoning_is_dr
         ReasoningDelta("thinking about it", "summary"),
         *streamed("fc_1", "call_1", "discover", "{}"),
         ResponseCompleted(
-            "completed",
-            (
-                OutputReasoning(RS_1),
-                OutputText("Looking."),
-                OutputCall("fc_1", "call_1", "discover", "{}"),
-                OutputReasoning(RS_2),
-            ),
+            None,
             USAGE,
+            (
+                OutputNative("reasoning", RS_1),
+                OutputText("Looking.", "msg_1"),
+                OutputCall("fc_1", "call_1", "discover", "{}"),
+                OutputNative("reasoning", RS_2),
+            ),
             response_id="r1",
         ),
     ]
     decision, seen = run_gate(events)
     assert decision is not None
-    assert decision.message.reasoning == (ReasoningItem("call_1", RS_1),)
+    # The output keeps its original order; the encoder drops the trailing reasoning item.
+    assert decision.message.output == (
+        NativeItem("reasoning", RS_1),
+        TextPart("Looking.", "msg_1"),
+        CallPart("call_1", "fc_1"),
+        NativeItem("reasoning", RS_2),
+    )
+    codec = ResponsesCodec("o4-mini")
+    replayed = codec.encode(
+        [
+            Message("user", "go"),
+            dataclasses.replace(decision.message, producer=codec.producer),
+            Message("tool", "files", tool_call_id="call_1"),
+        ],
+        ALL_TOOLS,
+    )["input"]
+    assert [item.get("id") for item in replayed] == [None, "rs_1", "msg_1", "fc_1", None]
     assert decision.message.usage == USAGE
     assert decision.usage == USAGE
     assert decision.finish_reason == "tool_calls"
@@ -94,7 +119,7 @@ def test_finish_reason_must_agree_with_the_calls(stated: str, calls: bool, ok: b
     if calls:
         events += streamed("fc_1", "call_1", "discover", "{}")
         output = (OutputCall("fc_1", "call_1", "discover", "{}"),)
-    events.append(ResponseCompleted("completed", output, None, stated, response_id="r1"))
+    events.append(ResponseCompleted(stated, None, output, response_id="r1"))
     if ok:
         decision, _ = run_gate(events)
         assert decision is not None
@@ -112,7 +137,8 @@ def test_invalid_batch_carries_a_paired_recovery() -> None:
         *streamed("fc_1", "call_1", "read", '{"path": "README.md"}'),
         *streamed("fc_2", "call_2", "edit", bad),
         ResponseCompleted(
-            "completed",
+            None,
+            None,
             (
                 OutputCall("fc_1", "call_1", "read", '{"path": "README.md"}'),
                 OutputCall("fc_2", "call_2", "edit", bad),
@@ -137,7 +163,7 @@ def test_unpairable_batches_are_not_recoverable() -> None:
     events = [
         START,
         *streamed("fc_1", "", "read", "{}"),
-        ResponseCompleted("completed", (OutputCall("fc_1", "", "read", "{}"),), response_id="r1"),
+        ResponseCompleted(None, None, (OutputCall("fc_1", "", "read", "{}"),), response_id="r1"),
     ]
     with pytest.raises(InvalidBatch) as caught:
         run_gate(events)
@@ -151,7 +177,7 @@ def test_truncation_with_buffered_calls_is_recoverable_other_failures_are_not() 
             [
                 *cut,
                 ProviderReportedFailure(
-                    "incomplete",
+                    FailureKind.RESPONSE_INCOMPLETE,
                     "response incomplete: max_output_tokens",
                     "max_output_tokens",
                     USAGE,
@@ -167,15 +193,22 @@ def test_truncation_with_buffered_calls_is_recoverable_other_failures_are_not() 
     )
     for failure in (
         ProviderReportedFailure(
-            "incomplete", "response incomplete: content_filter", "content_filter"
+            FailureKind.RESPONSE_INCOMPLETE, "response incomplete: content_filter", "content_filter"
         ),
-        ProviderReportedFailure("failed", "response failed", "server_error"),
+        ProviderReportedFailure(FailureKind.RESPONSE_FAILED, "response failed", "server_error"),
     ):
         with pytest.raises(ResponseFailure) as other:
             run_gate([*cut, failure])
         assert other.value.recovery is None
     with pytest.raises(ResponseFailure) as text_only:
-        run_gate([START, ProviderReportedFailure("incomplete", "cut", "x", truncated=True)])
+        run_gate(
+            [
+                START,
+                ProviderReportedFailure(
+                    FailureKind.RESPONSE_INCOMPLETE, "cut", "x", truncated=True
+                ),
+            ]
+        )
     assert text_only.value.recovery is None
 
 
@@ -190,7 +223,7 @@ def assistant_with_reasoning(producer: str, response_id: str = "resp_1") -> Mess
         (call,),
         producer=producer,
         response_id=response_id,
-        reasoning=(ReasoningItem("call_1", RS_1),),
+        output=(TextPart("Looking."), NativeItem("reasoning", RS_1), CallPart("call_1")),
     )
 
 
@@ -279,13 +312,18 @@ def test_native_continuation_falls_back_to_full_history() -> None:
 
 
 def test_the_encoder_refuses_to_send_an_orphan_reasoning_item() -> None:
-    from lockgate.providers.openai_responses import _check_no_orphan_reasoning
+    from lockgate.providers.responses.codec import check_no_orphan_reasoning
 
-    _check_no_orphan_reasoning([RS_1, RS_2, {"type": "function_call"}])
-    with pytest.raises(ValueError, match="without its following call"):
-        _check_no_orphan_reasoning([RS_1, {"role": "assistant"}])
-    with pytest.raises(ValueError, match="without its following call"):
-        _check_no_orphan_reasoning([{"type": "function_call"}, RS_1])
+    check_no_orphan_reasoning([RS_1, RS_2, {"type": "function_call"}])
+    check_no_orphan_reasoning([RS_1, {"type": "message", "role": "assistant"}])
+    orphans: list[list[dict[str, Any]]] = [
+        [{"type": "function_call"}, RS_1],
+        [RS_1, {"role": "user", "content": "next"}],
+        [RS_1, {"type": "function_call_output", "call_id": "c", "output": "x"}],
+    ]
+    for orphan in orphans:
+        with pytest.raises(ValueError, match="without its following item"):
+            check_no_orphan_reasoning(orphan)
 
 
 # --- the loop's recovery budget ---------------------------------------------------------

@@ -8,7 +8,7 @@ from lockgate.conversation import Message, ToolCall
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.events import (
     OutputCall,
-    OutputReasoning,
+    OutputNative,
     OutputRefusal,
     OutputText,
     ProviderReportedFailure,
@@ -20,7 +20,8 @@ from lockgate.events import (
     UnsupportedOutput,
 )
 from lockgate.fixture import ALL_TOOLS
-from lockgate.providers.openai_responses import ResponsesCodec, ResponsesDecoder
+from lockgate.providers.responses.codec import ResponsesCodec
+from lockgate.providers.responses.decoder import ResponsesDecoder
 from lockgate.sse import ServerSentEvent
 
 
@@ -89,8 +90,11 @@ def test_tool_output_before_its_call_is_refused() -> None:
 
 
 def decode(payload: object, event: str | None = None) -> object:
+    """The one normalized event of a native event (None: pure progress)."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return ResponsesDecoder().decode(ServerSentEvent(event, data))
+    events = ResponsesDecoder().decode(ServerSentEvent(event, data))
+    assert len(events) <= 1
+    return events[0] if events else None
 
 
 def test_decodes_lifecycle_and_deltas() -> None:
@@ -132,16 +136,28 @@ def test_completed_maps_output_items() -> None:
         }
     )
     assert event == ResponseCompleted(
-        "completed",
+        None,
+        None,
         (
             OutputText("a"),
             OutputRefusal("no"),
             OutputCall("fc_1", "c", "n", "{}"),
-            OutputReasoning({"type": "reasoning", "id": "rs_1", "summary": []}),
-            UnsupportedOutput("web_search_call"),
+            OutputNative("reasoning", {"type": "reasoning", "id": "rs_1", "summary": []}),
+            OutputNative("provider_output", {"type": "web_search_call", "id": "ws_1"}),
         ),
         response_id="r",
     )
+    computer = {"type": "computer_call", "id": "cu_1", "call_id": "c2", "action": {}}
+    client_search = {"type": "tool_search_call", "id": "ts_1", "execution": "client"}
+    for item in (computer, client_search):
+        terminal = decode(
+            {
+                "type": "response.completed",
+                "response": {"id": "r", "status": "completed", "output": [item]},
+            }
+        )
+        assert isinstance(terminal, ResponseCompleted)
+        assert terminal.output == (UnsupportedOutput(str(item["type"])),)
 
 
 def test_error_event_flat_and_nested_shapes() -> None:
@@ -156,9 +172,11 @@ def test_error_event_flat_and_nested_shapes() -> None:
             },
         }
     )
-    assert flat == ProviderReportedFailure("error", "provider error: boom", "server_error")
+    assert flat == ProviderReportedFailure(
+        FailureKind.PROVIDER_ERROR, "provider error: boom", "server_error"
+    )
     assert nested == ProviderReportedFailure(
-        "error", "provider error: slow down", "rate_limit_exceeded"
+        FailureKind.PROVIDER_ERROR, "provider error: slow down", "rate_limit_exceeded"
     )
 
 
@@ -180,7 +198,7 @@ def test_failed_and_incomplete() -> None:
         }
     )
     assert isinstance(failed, ProviderReportedFailure)
-    assert failed.kind == "failed"
+    assert failed.kind is FailureKind.RESPONSE_FAILED
     assert failed.code == "server_error"
     assert isinstance(incomplete, ProviderReportedFailure)
     assert incomplete.code == "max_output_tokens"

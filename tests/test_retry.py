@@ -11,8 +11,8 @@ from lockgate.errors import FailureKind, OpenFailure
 from lockgate.events import Retrying
 from lockgate.fixture import ALL_TOOLS
 from lockgate.lab.script import Turn
-from lockgate.providers.anthropic_errors import classify_anthropic_failure
-from lockgate.providers.openai_errors import classify_openai_failure
+from lockgate.providers.anthropic.errors import classify_anthropic_failure
+from lockgate.providers.openai.errors import classify_openai_failure
 from lockgate.retry import RetryPolicy, parse_go_duration, standard_wait
 
 from .helpers import replay_client, text_turn

@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from lockgate.boundary import StreamingModelClient
+from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
 from lockgate.lab.script import ResponseBuilder, fragments, sse_bytes
-from lockgate.providers.openai_responses import ResponsesCodec
-from lockgate.providers.openai_transport import OpenAIResponsesTransport
+from lockgate.providers.openai.transport import OpenAITransport
+from lockgate.providers.responses.codec import ResponsesCodec
 
-from .helpers import EDIT, Recorder
+from .helpers import EDIT, Recorder, responses_transport
 
 FAKE_KEY = "sk-test-MOCKTRANSPORT-0123456789"
 HISTORY = [Message("user", "fix it")]
@@ -56,9 +56,9 @@ def edit_body(crlf: bool = False) -> list[bytes]:
 
 def make_client(
     handler: Callable[[httpx.Request], httpx.Response], recorder: Recorder | None = None
-) -> tuple[StreamingModelClient, OpenAIResponsesTransport]:
+) -> tuple[StreamingModelClient, OpenAITransport]:
     http_client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    transport = OpenAIResponsesTransport(
+    transport = responses_transport(
         api_key=FAKE_KEY, base_url="http://provider.test/v1", http_client=http_client
     )
     recorder = recorder or Recorder()

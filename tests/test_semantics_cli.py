@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lockgate.boundary import StreamingModelClient
+from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.fixture import ALL_TOOLS, CALCULATOR
@@ -23,10 +23,9 @@ from lockgate.lab.scenarios import (
 )
 from lockgate.lab.script import ResponseBuilder, Turn
 from lockgate.lab.server import serve_script
-from lockgate.providers.openai_responses import ResponsesCodec
-from lockgate.providers.openai_transport import OpenAIResponsesTransport
+from lockgate.providers.responses.codec import ResponsesCodec
 
-from .helpers import ServerThread, ends_with_file_and_usage, run_lockgate
+from .helpers import ServerThread, ends_with_file_and_usage, responses_transport, run_lockgate
 
 KEY = "sk-semantics-test-key"
 ANSWER = ResponseBuilder("resp_ok").created().text("msg", "The bug is in add.").completed().turn()
@@ -72,7 +71,7 @@ async def test_retry_after_an_hour_fails_in_under_a_second_naming_the_wait() -> 
     async with serve_script(
         [Turn(status=429, body=RATE_LIMITED, headers={"retry-after": "3600"}), ANSWER]
     ) as server:
-        transport = OpenAIResponsesTransport(api_key=KEY, base_url=server.base_url)
+        transport = responses_transport(api_key=KEY, base_url=server.base_url)
         client = StreamingModelClient(ResponsesCodec("gpt-4.1-mini"), transport)
         started = time.monotonic()
         try:
@@ -159,6 +158,7 @@ def test_usage_line_and_json_figures() -> None:
         "output_tokens": 110,
         "reasoning_tokens": 64,
         "total_tokens": 2710,
+        "cache_write_tokens": 0,
     }
 
 

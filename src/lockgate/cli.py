@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .boundary import DEFAULT_DEADLINE_SECONDS, DEFAULT_IDLE_TIMEOUT_SECONDS, StreamingModelClient
+from .client import DEFAULT_DEADLINE_SECONDS, DEFAULT_IDLE_TIMEOUT_SECONDS, StreamingModelClient
 from .conversation import Usage
 from .display import HumanDisplay, JsonLinesDisplay, Redactor
 from .events import Observer, UsageMeter, fan_out
@@ -33,8 +33,9 @@ from .lab.runner import LabResult, LabTransport, run_scenario
 from .lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 from .lab.script import ScriptError, load_script
 from .lab.server import serve_script
-from .providers.openai_responses import ResponsesCodec
-from .providers.openai_transport import OpenAIResponsesTransport
+from .providers.base import TransportOptions
+from .providers.openai.transport import OpenAITransport
+from .providers.responses.codec import ResponsesCodec
 from .retry import RetryPolicy
 from .session import SessionOutcome, run_session
 
@@ -250,10 +251,13 @@ async def _run_live(args: argparse.Namespace, api_key: str, retry: RetryPolicy) 
     codec = ResponsesCodec(
         args.model, continuation=args.continuation, encrypted_reasoning=reasoning
     )
-    transport = OpenAIResponsesTransport(
-        api_key=api_key,
-        base_url=args.base_url,
-        read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
+    transport = OpenAITransport(
+        TransportOptions(
+            api_key=api_key,
+            base_url=args.base_url,
+            read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
+        ),
+        "responses",
     )
     client = StreamingModelClient(
         codec,

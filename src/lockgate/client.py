@@ -1,8 +1,12 @@
-"""The provider boundary: `complete(history, tools) -> Message`.
+"""The model client: `complete(history, tools) -> Message`, the rest of the invariant.
 
-Only opening a stream is retried. Once a stream is acquired, every failure fails this
-response without a second request. The stream is closed on success, failure and
-cancellation, and a failure to close prevents dispatch.
+Only opening a stream is retried (and, when enabled, a stream that failed transiently before
+any content arrived). Once content of a response has arrived, every failure fails that
+response without a second request. One silence limit applies from the request onwards
+(waiting for the response head included), one deadline bounds the whole response, the
+stream is closed on success, failure and cancellation, and a failure to close prevents
+dispatch. Every byte already received is examined: an event after the terminal event fails
+the response even when it arrived in the same read.
 """
 
 from __future__ import annotations
@@ -10,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .conversation import Message, ToolSpec
+from .credentials import Redactor
 from .errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from .events import DecisionReady, Observer, ResponseFailed, Retrying, ignore_event
 from .gate import Decision, GateLimits, ResponseGate
@@ -22,6 +28,13 @@ from .providers.base import ProviderCodec, StreamDecoder
 from .retry import RetryPolicy, Sleep
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 from .transport import ByteStream, Transport
+
+__all__ = [
+    "DEFAULT_DEADLINE_SECONDS",
+    "DEFAULT_IDLE_TIMEOUT_SECONDS",
+    "ModelClient",
+    "StreamingModelClient",
+]
 
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0
 DEFAULT_DEADLINE_SECONDS = 600.0
@@ -31,6 +44,57 @@ class ModelClient(Protocol):
     """What the agent loop awaits each turn."""
 
     async def complete(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> Message: ...
+
+
+class _Silence(Exception):
+    """The watchdog fired: no byte for the idle timeout."""
+
+
+class _Watchdog:
+    """One timer per response for the silence limit, re-armed from a timestamp: touching it
+    on every read costs a clock read, and nothing is retained per chunk."""
+
+    __slots__ = ("_cancelling", "_handle", "_loop", "_task", "armed", "fired", "idle", "last")
+
+    def __init__(self, idle: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._cancelling = task.cancelling()
+        self.idle = idle
+        self.last = self._loop.time()
+        self.armed = True
+        self.fired = False
+        self._handle = self._loop.call_at(self.last + idle, self._check)
+
+    def touch(self) -> None:
+        self.last = self._loop.time()
+
+    def _check(self) -> None:
+        due = self.last + self.idle
+        if not self.armed or self._loop.time() < due:
+            self._handle = self._loop.call_at(max(due, self._loop.time()) + 0.001, self._check)
+            return
+        self.fired = True
+        self._task.cancel()
+
+    def absorb(self) -> bool:
+        """After a CancelledError: True if it was this watchdog's alone (its cancellation is
+        then undone). If someone else cancelled too, theirs stands."""
+        if not self.fired:
+            return False
+        self.fired = False
+        return self._task.uncancel() <= self._cancelling
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+def _positive_finite(value: float, name: str) -> float:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds")
+    return float(value)
 
 
 class StreamingModelClient:
@@ -49,6 +113,7 @@ class StreamingModelClient:
         deadline: float = DEFAULT_DEADLINE_SECONDS,
         sleep: Sleep = asyncio.sleep,
         rng: random.Random | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.codec = codec
         self.transport = transport
@@ -56,49 +121,94 @@ class StreamingModelClient:
         self.retry = retry or RetryPolicy()
         self.limits = limits or GateLimits()
         self.max_event_bytes = max_event_bytes
-        if idle_timeout <= 0 or deadline <= 0:
-            raise ValueError("idle_timeout and deadline must be positive")
-        self.idle_timeout = idle_timeout
-        self.deadline = deadline
+        self.idle_timeout = _positive_finite(idle_timeout, "idle_timeout")
+        self.deadline = _positive_finite(deadline, "deadline")
         self.sleep = sleep
         self.rng = rng
+        # Server text in failures never carries the credential (the transport knows it).
+        self.redact: Callable[[str], str] = (
+            redactor or getattr(transport, "redactor", None) or (lambda text: text)
+        )
         self.opening_attempts = 0  # total over this client's life, for reports
+        self.closed = False
+
+    async def aclose(self) -> None:
+        """Close the transport; later calls to `complete` fail without a request."""
+        self.closed = True
+        await self.transport.aclose()
 
     async def complete(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> Message:
-        request = self.codec.encode(history, tools)
         gate = ResponseGate(tools, self.observer, self.limits)
         try:
-            try:
-                async with asyncio.timeout(self.deadline) as whole:
-                    stream = await self._open(request)
-                    decision = await self._consume(stream, gate)
-            except TimeoutError:
-                if not whole.expired():
-                    raise
-                raise ResponseFailure(
-                    FailureKind.DEADLINE,
-                    f"no complete response within the {self.deadline:g} s deadline",
-                ) from None
+            if self.closed:
+                raise ResponseFailure(FailureKind.OPENING, "the client is closed; no request made")
+            request = self.codec.encode(history, tools)
+            decision = await self._complete(request, gate)
         except ResponseFailure as failure:
+            failure.message = self.redact(failure.message)
+            failure.args = (failure.message,)
             self.observer(ResponseFailed(failure.kind, failure.message, gate.partial_text))
             raise
         message = dataclasses.replace(decision.message, producer=self.codec.producer)
         self.observer(DecisionReady(message, decision.finish_reason, decision.usage))
         return message
 
-    async def _open(self, request: dict[str, object]) -> ByteStream:
+    async def _complete(self, request: dict[str, object], gate: ResponseGate) -> Decision:
+        try:
+            async with asyncio.timeout(self.deadline) as whole:
+                watchdog = _Watchdog(self.idle_timeout)
+                try:
+                    return await self._attempts(request, gate, watchdog)
+                except asyncio.CancelledError:
+                    if watchdog.absorb():
+                        raise ResponseFailure(
+                            FailureKind.IDLE_TIMEOUT,
+                            f"no bytes for {self.idle_timeout:g} s; connection closed",
+                        ) from None
+                    raise
+                finally:
+                    watchdog.stop()
+        except TimeoutError:
+            if not whole.expired():
+                raise
+            raise ResponseFailure(
+                FailureKind.DEADLINE,
+                f"no complete response within the {self.deadline:g} s deadline",
+            ) from None
+
+    async def _attempts(
+        self, request: dict[str, object], gate: ResponseGate, watchdog: _Watchdog
+    ) -> Decision:
         attempts = self.retry.attempts
-        for attempt in range(1, attempts + 1):
-            self.opening_attempts += 1
+        attempt = 0
+        while True:
+            attempt += 1
             try:
-                return await self.transport.open(request)
+                stream = await self._open(request, watchdog)
+                return await self._consume(stream, gate, watchdog)
             except OpenFailure as failure:
-                if not failure.retryable or attempt == attempts:
+                if not failure.retryable or attempt >= attempts:
                     raise
                 delay = self._delay(failure, attempt)
-                self.observer(Retrying(attempt + 1, attempts, delay, failure.message))
+                self.observer(Retrying(attempt + 1, attempts, delay, self.redact(failure.message)))
+                watchdog.armed = False
                 await self.sleep(delay)
-        raise AssertionError("unreachable: the loop returns or raises")
+                gate.reset()
+
+    async def _open(self, request: dict[str, object], watchdog: _Watchdog) -> ByteStream:
+        self.opening_attempts += 1
+        watchdog.armed = True
+        watchdog.touch()
+        try:
+            return await self.transport.open(request)
+        except asyncio.CancelledError:
+            if watchdog.absorb():
+                raise OpenFailure(
+                    f"no response head within the {self.idle_timeout:g} s idle timeout",
+                    retryable=True,
+                    kind=FailureKind.IDLE_TIMEOUT,
+                ) from None
+            raise
 
     def _delay(self, failure: OpenFailure, attempt: int) -> float:
         """The server's instruction wins; a wait beyond the policy's maximum fails now
@@ -117,16 +227,26 @@ class StreamingModelClient:
             ) from None
         return wanted
 
-    async def _consume(self, stream: ByteStream, gate: ResponseGate) -> Decision:
+    async def _consume(
+        self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog
+    ) -> Decision:
         try:
-            decision = await self._read(stream, gate)
+            decision = await self._read(stream, gate, watchdog)
         except BaseException as exc:  # failure or cancellation: close, then propagate
+            watchdog.armed = False
             # The response already failed; that failure is what the caller sees.
             with contextlib.suppress(Exception):
                 await stream.aclose()
             if isinstance(exc, StreamInterrupted):
                 raise ResponseFailure(FailureKind.TRANSPORT, f"stream broke: {exc}") from None
+            if isinstance(exc, ResponseFailure) and self._retry_unstarted(exc, gate):
+                raise OpenFailure(
+                    f"the stream failed before any content ({exc.message})",
+                    retryable=True,
+                    kind=exc.kind,
+                ) from None
             raise
+        watchdog.armed = False
         try:
             await stream.aclose()
         except Exception as exc:
@@ -136,40 +256,42 @@ class StreamingModelClient:
             ) from None
         return decision
 
-    async def _read(self, stream: ByteStream, gate: ResponseGate) -> Decision:
+    def _retry_unstarted(self, failure: ResponseFailure, gate: ResponseGate) -> bool:
+        """Opt-in: a transient provider error before any content counts as a failed
+        opening."""
+        return self.retry.retry_unstarted and failure.transient and not gate.content_started
+
+    async def _read(self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog) -> Decision:
         sse = SSEDecoder(self.max_event_bytes)
         decoder = self.codec.new_decoder()
-        chunks = aiter(stream)
-        idle = self.idle_timeout
-        while True:
-            try:
-                async with asyncio.timeout(idle):
-                    chunk = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                raise ResponseFailure(
-                    FailureKind.IDLE_TIMEOUT, f"no bytes for {idle:g} s; connection closed"
-                ) from None
-            decision = _advance(sse.feed(chunk), decoder, gate)
+        decision: Decision | None = None
+        async for chunk in stream:
+            watchdog.touch()
+            decision = _advance(sse.feed(chunk), decoder, gate, decision)
             if decision is not None:
                 return decision
-        decision = _advance(sse.finish(), decoder, gate)
+        decision = _advance(sse.finish(), decoder, gate, decision)
+        for event in decoder.end_of_stream():
+            decision = gate.accept(event) or decision
         if decision is not None:
             return decision
         raise ResponseFailure(
-            FailureKind.STREAM_ENDED, "stream ended without a terminal event; nothing executed"
+            FailureKind.STREAM_ENDED,
+            "stream ended without a terminal event; nothing executed",
         )
 
 
 def _advance(
-    sse_events: list[ServerSentEvent], decoder: StreamDecoder, gate: ResponseGate
+    sse_events: list[ServerSentEvent],
+    decoder: StreamDecoder,
+    gate: ResponseGate,
+    decision: Decision | None,
 ) -> Decision | None:
-    """Decode and gate complete SSE events; the decision, if the terminal event was among them."""
+    """Decode and gate every complete SSE event already received: after a decision, any
+    further event fails the response (the gate accepts nothing after the terminal event)."""
     for sse_event in sse_events:
-        event = decoder.decode(sse_event)
-        if event is not None:
-            decision = gate.accept(event)
-            if decision is not None:
-                return decision
-    return None
+        for event in decoder.decode(sse_event):
+            result = gate.accept(event)
+            if result is not None:
+                decision = result
+    return decision

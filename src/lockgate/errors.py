@@ -44,12 +44,18 @@ class ResponseFailure(Exception):
     """One response failed; nothing it requested may run."""
 
     def __init__(
-        self, kind: FailureKind, message: str, *, recovery: Recovery | None = None
+        self,
+        kind: FailureKind,
+        message: str,
+        *,
+        recovery: Recovery | None = None,
+        transient: bool = False,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.recovery = recovery
+        self.transient = transient  # the provider said a retry may succeed
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"

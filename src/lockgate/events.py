@@ -1,9 +1,9 @@
 """Normalized events: the only vocabulary between provider decoders, the gate, the loop and
 observers (the terminal display and `--json`).
 
-Provider decoders turn native wire events into `StreamEvent`s. The gate consumes those and
-publishes progress; the boundary and the loop publish the rest. Observers see `Event`s and
-never authorize anything.
+Provider decoders turn native wire events into `StreamEvent`s; the words are no provider's
+own. The gate consumes those and publishes progress; the client and the loop publish the
+rest. Observers see `Event`s and never authorize anything.
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from .conversation import JSONObject, Message, StopReason, ToolCall, Usage
+from .conversation import JSONObject, Message, NativeKind, StopReason, ToolCall, Usage
+from .errors import FailureKind
 
 # --- produced by provider decoders -------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamEvent:
-    """Base of decoder output. `response_id` is set when the native event named its response."""
+    """Base of decoder output. `response_id` is set when the native event named its response
+    in a way that is a safety signal (the gate then checks it is the same response)."""
 
     response_id: str | None = None
 
@@ -31,7 +33,7 @@ class ResponseStarted(StreamEvent):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseProgress(StreamEvent):
-    """A lifecycle heartbeat (e.g. in-progress); carries identity, nothing else."""
+    """A lifecycle heartbeat (in progress, a ping, a provider-side tool working)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ class TextDelta(StreamEvent):
 
 @dataclass(frozen=True, slots=True)
 class RefusalDelta(StreamEvent):
+    """A piece of a refusal: shown, but kept apart from the answer text."""
+
     text: str
 
 
@@ -54,54 +58,83 @@ class ReasoningDelta(StreamEvent):
 
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted(StreamEvent):
-    """A function-call item began. `item_id` keys its argument fragments."""
+    """A function call began. `key` routes its later fragments (the decoder's choice: an
+    item id, a block index, a chunk index and id); `call_id` and `name` may still be empty
+    and arrive later (`ToolCallIdentified`)."""
 
-    item_id: str
+    key: str
     call_id: str
     name: str
     arguments: str = ""
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallIdentified(StreamEvent):
+    """A later id or name for an open call. Values are set, never concatenated; an empty
+    string means "not stated here"."""
+
+    key: str
+    call_id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolArgumentsDelta(StreamEvent):
-    item_id: str
+    key: str
     delta: str
 
 
 @dataclass(frozen=True, slots=True)
-class ProviderReportedFailure(StreamEvent):
-    """The provider said the response failed: an error event, failed or incomplete.
-    `truncated`: it was cut off by the output-token limit (the decoder's translation)."""
+class NativeOutput(StreamEvent):
+    """An opaque native item completed in the stream (a thinking block at its stop, a
+    provider-executed tool block, reasoning fields a server wants back). It becomes part of
+    the response's output in stream order; it never authorizes anything."""
 
-    kind: Literal["error", "failed", "incomplete"]
+    kind: NativeKind
+    item: JSONObject
+    size: int = 0  # its size on the wire (bytes), for the gate's bound on retained output
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderReportedFailure(StreamEvent):
+    """The stream says the response failed. The decoder chose the `kind` (provider_error,
+    response_failed, response_incomplete, lifecycle …). `truncated`: cut off by the
+    output-token limit. `transient`: the provider's error type says a retry may succeed
+    (used only to retry a stream that never started, when that is enabled)."""
+
+    kind: FailureKind
     message: str
     code: str | None = None
     usage: Usage | None = None
     truncated: bool = False
+    transient: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class OutputText:
     text: str
+    item_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class OutputRefusal:
     text: str
+    item_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class OutputCall:
-    item_id: str
+    key: str
     call_id: str
     name: str
     arguments: str
 
 
 @dataclass(frozen=True, slots=True)
-class OutputReasoning:
-    """A native reasoning item, opaque to lockgate, replayed unchanged."""
+class OutputNative:
+    """A native item of the terminal snapshot, opaque to lockgate, replayed unchanged."""
 
+    kind: NativeKind
     item: JSONObject
 
 
@@ -110,22 +143,30 @@ class UnsupportedOutput:
     item_type: str
 
 
-OutputItem = OutputText | OutputRefusal | OutputCall | OutputReasoning | UnsupportedOutput
+OutputItem = OutputText | OutputRefusal | OutputCall | OutputNative | UnsupportedOutput
+
+# Normalized finish reasons of a successful completion (decoders translate native ones).
+FINISH_WITH_CALLS = "tool_calls"
+FINISH_WITHOUT_CALLS = "stop"
+FINISH_PAUSED = "pause_turn"  # the provider paused its own work; no local call runs
+FINISH_REFUSED = "refusal"  # the model refused; no call runs
 
 
 @dataclass(frozen=True, slots=True)
 class ResponseCompleted(StreamEvent):
-    """The provider's terminal success event with its final output list. `finish_reason`
-    is the provider's stated reason translated by its decoder to `stop` or `tool_calls`
-    (anything else is not a success), or None if the provider states none."""
+    """The protocol's terminal success. `finish_reason` is the provider's stated reason
+    translated by its decoder (`tool_calls`, `stop`, `pause_turn`, `refusal`), or None if
+    it states none (the calls then imply it). `output` is the provider's own final output
+    snapshot where the protocol has one (the gate then checks it against what streamed);
+    None means the gate builds the decision from the streamed parts itself."""
 
-    status: str
-    output: tuple[OutputItem, ...]
-    usage: Usage | None = None
     finish_reason: str | None = None
+    usage: Usage | None = None
+    output: tuple[OutputItem, ...] | None = None
+    refusal_detail: str = ""  # why the model refused, where the provider says
 
 
-# --- published by the gate, the boundary and the loop -------------------------------------
+# --- published by the gate, the client and the loop --------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,14 +266,17 @@ def ignore_event(event: Event) -> None:
 
 
 class UsageMeter:
-    """An observer that sums every reported usage (completed, incomplete or failed)."""
+    """An observer that sums every reported usage (completed, incomplete or failed).
+    `reported` stays False when no response reported any usage."""
 
     def __init__(self) -> None:
         self.total = Usage()
+        self.reported = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, UsageReported):
             self.total += event.usage
+            self.reported = True
 
 
 def fan_out(*observers: Observer) -> Observer:

@@ -1,45 +1,76 @@
-"""The gate: one provider-neutral lifecycle and batch validator for every provider.
+"""The gate: every stream rule, for every provider, on normalized events.
 
-Text, refusal and reasoning deltas pass straight through to the observer. Tool calls are
-buffered by item id. Only a terminal success event can produce a decision, and only after
-the lifecycle checks and the whole batch validated: one invalid call rejects every call of
-the response. The lifecycle rules hold for any provider's normalized events: started first
-and once, nothing after the terminal event, consistent identity, the terminal call list
-equal to the streamed calls, and a stated finish reason that agrees with the calls.
+Text, refusal and reasoning deltas pass straight through to the observer (within bounds).
+Tool calls are buffered by the decoder's key. Only the protocol's terminal success can
+produce a decision, and only after the lifecycle checks and the whole batch validated: one
+invalid call rejects every call of the response.
+
+Lifecycle: the response starts first and once, with an id; every event that names its
+response names the same one; nothing follows the terminal event (failure or success).
+Completion: where the protocol sends a final output snapshot (Responses), its calls must be
+exactly the streamed calls (ids, names, argument bytes); where it sends none, the decision is
+built from the streamed parts. A stated finish reason must agree with the calls. Batch: call
+ids non-empty and unique, every tool exposed, arguments a JSON object (bounded nesting)
+matching the tool's schema. Provider output (server tools) and reasoning are kept opaque,
+in order, and never authorize anything: only function calls reach the executor.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jsonschema import Draft202012Validator
 
-from .conversation import Message, ReasoningItem, ToolCall, ToolSpec, Usage
+from .conversation import (
+    CallPart,
+    Message,
+    NativeItem,
+    OutputPart,
+    RefusalPart,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from .errors import FailureKind, Recovery, ResponseFailure
 from .events import (
+    FINISH_PAUSED,
+    FINISH_REFUSED,
+    FINISH_WITH_CALLS,
+    FINISH_WITHOUT_CALLS,
+    NativeOutput,
     Observer,
     OutputCall,
-    OutputReasoning,
+    OutputNative,
     OutputRefusal,
     OutputText,
     ProviderReportedFailure,
     ReasoningDelta,
     RefusalDelta,
     ResponseCompleted,
+    ResponseProgress,
     ResponseStarted,
     StreamEvent,
     TextDelta,
     ToolArgumentProgress,
     ToolArgumentsDelta,
+    ToolCallIdentified,
     ToolCallStarted,
+    UnsupportedOutput,
     UsageReported,
 )
+from .jsonlimits import MAX_ARGUMENT_DEPTH, parse_arguments
 
-# Normalized finish reasons of a successful completion (decoders translate native ones).
-FINISH_WITH_CALLS = "tool_calls"
-FINISH_WITHOUT_CALLS = "stop"
+__all__ = [
+    "FINISH_WITHOUT_CALLS",
+    "FINISH_WITH_CALLS",
+    "CallProblem",
+    "Decision",
+    "GateLimits",
+    "InvalidBatch",
+    "ResponseGate",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +78,11 @@ class GateLimits:
     """Bounds on what one response may make lockgate retain."""
 
     max_text_chars: int = 64_000
+    max_reasoning_chars: int = 256_000
     max_calls: int = 8
     max_argument_chars: int = 16_000
+    max_native_items: int = 64
+    max_native_bytes: int = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +119,10 @@ class InvalidBatch(ResponseFailure):
 
 
 class _PendingCall:
-    __slots__ = ("call_id", "chars", "fragments", "name")
+    __slots__ = ("call_id", "chars", "fragments", "key", "name")
 
-    def __init__(self, call_id: str, name: str, arguments: str) -> None:
+    def __init__(self, key: str, call_id: str, name: str, arguments: str) -> None:
+        self.key = key
         self.call_id = call_id
         self.name = name
         self.fragments = [arguments] if arguments else []
@@ -95,21 +130,21 @@ class _PendingCall:
 
     def arguments(self) -> str:
         joined = "".join(self.fragments)
-        self.fragments = [joined]
+        self.fragments = [joined] if joined else []
         return joined
 
-
-_FAILURE_KINDS = {
-    "error": FailureKind.PROVIDER_ERROR,
-    "failed": FailureKind.RESPONSE_FAILED,
-    "incomplete": FailureKind.RESPONSE_INCOMPLETE,
-}
+    def output(self) -> OutputCall:
+        return OutputCall(self.key, self.call_id, self.name, self.arguments())
 
 
-def _pairable(calls: Sequence[tuple[str, str]]) -> bool:
+def _pairable(calls: Sequence[OutputCall]) -> bool:
     """Calls can get paired observations only with non-empty, unique ids and names."""
-    ids = [call_id for call_id, _ in calls]
-    return all(ids) and all(name for _, name in calls) and len(set(ids)) == len(ids)
+    ids = [call.call_id for call in calls]
+    return all(ids) and all(call.name for call in calls) and len(set(ids)) == len(ids)
+
+
+def _failure(kind: FailureKind, message: str) -> ResponseFailure:
+    return ResponseFailure(kind, message)
 
 
 class ResponseGate:
@@ -127,10 +162,21 @@ class ResponseGate:
         }
         self._observer = observer
         self._limits = limits or GateLimits()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget everything streamed: a new attempt's response starts from nothing."""
         self._pending: dict[str, _PendingCall] = {}
+        # The streamed output in order: ("text"|"refusal", fragments), ("call", key),
+        # ("native", item). Only used when the terminal event carries no snapshot.
+        self._layout: list[tuple[str, object]] = []
         self._text: list[str] = []
         self._text_chars = 0
+        self._reasoning_chars = 0
+        self._native_bytes = 0
+        self._natives = 0
         self.response_id: str | None = None
+        self.content_started = False  # any text, refusal, reasoning or call fragment arrived
         self._finished = False
 
     @property
@@ -144,30 +190,38 @@ class ResponseGate:
         Raises ResponseFailure for any lifecycle, bound or validation failure.
         """
         if self._finished:
-            raise ResponseFailure(FailureKind.LIFECYCLE, "event after the terminal event")
+            raise _failure(FailureKind.LIFECYCLE, "event after the terminal event")
         if isinstance(event, ResponseStarted):
             if self.response_id is not None:
-                raise ResponseFailure(FailureKind.LIFECYCLE, "duplicate response start")
+                raise _failure(FailureKind.LIFECYCLE, "duplicate response start")
             if not event.response_id:
-                raise ResponseFailure(FailureKind.LIFECYCLE, "response start has no id")
+                raise _failure(FailureKind.LIFECYCLE, "response start has no id")
             self.response_id = event.response_id
             self._observer(event)
             return None
         if self.response_id is None:
-            raise ResponseFailure(FailureKind.LIFECYCLE, "response data before the response start")
+            raise _failure(FailureKind.LIFECYCLE, "response data before the response start")
         if event.response_id is not None and event.response_id != self.response_id:
-            raise ResponseFailure(
+            raise _failure(
                 FailureKind.LIFECYCLE,
                 f"event for response {event.response_id!r} inside response {self.response_id!r}",
             )
         if isinstance(event, ToolArgumentsDelta):
             self._arguments(event)
-        elif isinstance(event, TextDelta | RefusalDelta):
-            self._preview(event)
-        elif isinstance(event, ReasoningDelta):
+        elif isinstance(event, TextDelta):
+            self._preview("text", event.text)
             self._observer(event)
+        elif isinstance(event, RefusalDelta):
+            self._preview("refusal", event.text)
+            self._observer(event)
+        elif isinstance(event, ReasoningDelta):
+            self._reasoning(event)
         elif isinstance(event, ToolCallStarted):
             self._call_started(event)
+        elif isinstance(event, ToolCallIdentified):
+            self._call_identified(event)
+        elif isinstance(event, NativeOutput):
+            self._native(event)
         elif isinstance(event, ProviderReportedFailure):
             self._finished = True
             self._report_usage(event.usage)
@@ -176,7 +230,11 @@ class ResponseGate:
             self._finished = True
             self._report_usage(event.usage)
             return self._completed(event)
+        elif not isinstance(event, ResponseProgress):
+            raise _failure(FailureKind.LIFECYCLE, f"unknown event {type(event).__name__}")
         return None
+
+    # --- streaming ---------------------------------------------------------------------
 
     def _report_usage(self, usage: Usage | None) -> None:
         if usage is not None:
@@ -184,15 +242,14 @@ class ResponseGate:
 
     def _provider_failure(self, event: ProviderReportedFailure) -> ResponseFailure:
         detail = f" [{event.code}]" if event.code else ""
-        kind = _FAILURE_KINDS[event.kind]
         message = f"{event.message}{detail}; buffered calls discarded"
         recovery = None
-        calls = list(self._pending.values())
+        calls = [pending.output() for pending in self._pending.values()]
         if (
-            kind is FailureKind.RESPONSE_INCOMPLETE
+            event.kind is FailureKind.RESPONSE_INCOMPLETE
             and event.truncated
             and calls
-            and _pairable([(c.call_id, c.name) for c in calls])
+            and _pairable(calls)
         ):
             note = (
                 "error: the response was truncated by the output limit before this call's "
@@ -202,39 +259,94 @@ class ResponseGate:
             message_with_calls = Message(
                 "assistant",
                 self.partial_text,
-                tuple(ToolCall(c.call_id, c.name, {}, c.arguments()) for c in calls),
+                tuple(ToolCall(c.call_id, c.name, {}, c.arguments) for c in calls),
             )
             recovery = Recovery(message_with_calls, tuple(note for _ in calls))
-        return ResponseFailure(kind, message, recovery=recovery)
+        return ResponseFailure(event.kind, message, recovery=recovery, transient=event.transient)
 
-    def _preview(self, event: TextDelta | RefusalDelta) -> None:
-        self._text_chars += len(event.text)
+    def _preview(self, kind: str, text: str) -> None:
+        if not text:
+            return
+        self.content_started = True
+        self._text_chars += len(text)
         if self._text_chars > self._limits.max_text_chars:
-            raise ResponseFailure(
+            raise _failure(
                 FailureKind.BOUND_EXCEEDED,
                 f"text preview exceeded {self._limits.max_text_chars} characters",
             )
-        self._text.append(event.text)
+        if kind == "text":
+            self._text.append(text)
+        layout = self._layout
+        if layout and layout[-1][0] == kind:
+            fragments = layout[-1][1]
+            assert isinstance(fragments, list)
+            fragments.append(text)
+        else:
+            layout.append((kind, [text]))
+
+    def _reasoning(self, event: ReasoningDelta) -> None:
+        self.content_started = True
+        self._reasoning_chars += len(event.text)
+        if self._reasoning_chars > self._limits.max_reasoning_chars:
+            raise _failure(
+                FailureKind.BOUND_EXCEEDED,
+                f"reasoning exceeded {self._limits.max_reasoning_chars} characters",
+            )
         self._observer(event)
+
+    def _native(self, event: NativeOutput) -> None:
+        self._natives += 1
+        if self._natives > self._limits.max_native_items:
+            raise _failure(
+                FailureKind.BOUND_EXCEEDED,
+                f"more than {self._limits.max_native_items} native output items",
+            )
+        self._native_bytes += event.size
+        if self._native_bytes > self._limits.max_native_bytes:
+            raise _failure(
+                FailureKind.BOUND_EXCEEDED,
+                f"native output exceeded {self._limits.max_native_bytes} bytes",
+            )
+        self._layout.append(("native", NativeItem(event.kind, event.item)))
 
     def _call_started(self, event: ToolCallStarted) -> None:
-        if event.item_id in self._pending:
-            raise ResponseFailure(FailureKind.LIFECYCLE, f"duplicate tool item {event.item_id!r}")
+        self.content_started = True
+        if event.key in self._pending:
+            raise _failure(FailureKind.LIFECYCLE, f"duplicate tool item {event.key!r}")
         if len(self._pending) >= self._limits.max_calls:
-            raise ResponseFailure(
+            raise _failure(
                 FailureKind.BOUND_EXCEEDED, f"more than {self._limits.max_calls} tool calls"
             )
-        pending = _PendingCall(event.call_id, event.name, event.arguments)
+        pending = _PendingCall(event.key, event.call_id, event.name, event.arguments)
         self._check_arguments(pending)
-        self._pending[event.item_id] = pending
+        self._pending[event.key] = pending
+        self._layout.append(("call", event.key))
         self._observer(event)
 
-    def _arguments(self, event: ToolArgumentsDelta) -> None:
-        pending = self._pending.get(event.item_id)
+    def _open_call(self, key: str, what: str) -> _PendingCall:
+        pending = self._pending.get(key)
         if pending is None:
-            raise ResponseFailure(
-                FailureKind.LIFECYCLE, f"argument delta for unknown tool item {event.item_id!r}"
-            )
+            raise _failure(FailureKind.LIFECYCLE, f"{what} for unknown tool item {key!r}")
+        return pending
+
+    def _call_identified(self, event: ToolCallIdentified) -> None:
+        pending = self._open_call(event.key, "call identity")
+        for field_name, value in (("call_id", event.call_id), ("name", event.name)):
+            if not value:
+                continue
+            current = getattr(pending, field_name)
+            if current and current != value:
+                raise _failure(
+                    FailureKind.LIFECYCLE,
+                    f"tool item {event.key!r} changed its {field_name} from {current!r} "
+                    f"to {value!r}",
+                )
+            setattr(pending, field_name, value)
+
+    def _arguments(self, event: ToolArgumentsDelta) -> None:
+        pending = self._open_call(event.key, "argument delta")
+        if not event.delta:
+            return
         pending.fragments.append(event.delta)
         pending.chars += len(event.delta)
         self._check_arguments(pending)
@@ -242,69 +354,107 @@ class ResponseGate:
 
     def _check_arguments(self, pending: _PendingCall) -> None:
         if pending.chars > self._limits.max_argument_chars:
-            raise ResponseFailure(
+            raise _failure(
                 FailureKind.BOUND_EXCEEDED,
                 f"tool arguments exceeded {self._limits.max_argument_chars} characters",
             )
 
+    # --- completion ----------------------------------------------------------------------
+
     def _completed(self, event: ResponseCompleted) -> Decision:
-        if event.response_id != self.response_id:
-            raise ResponseFailure(FailureKind.LIFECYCLE, "completed response has another id")
-        if event.status != "completed":
-            raise ResponseFailure(
-                FailureKind.LIFECYCLE, f"terminal event has status {event.status!r}"
-            )
-        text: list[str] = []
-        terminal_calls: list[OutputCall] = []
-        reasoning: list[ReasoningItem] = []
-        waiting: list[OutputReasoning] = []  # reasoning items not yet followed by a call
-        for item in event.output:
-            if isinstance(item, OutputText | OutputRefusal):
-                text.append(item.text)
-            elif isinstance(item, OutputCall):
-                terminal_calls.append(item)
-                reasoning.extend(ReasoningItem(item.call_id, r.item) for r in waiting)
-                waiting = []
-            elif isinstance(item, OutputReasoning):
-                waiting.append(item)
-            else:
-                raise ResponseFailure(
-                    FailureKind.UNSUPPORTED_OUTPUT,
-                    f"output item {item.item_type!r} cannot be replayed; response rejected",
-                )
-        # Reasoning not followed by any call is never replayed: it would be an orphan.
-        content = "".join(text)
-        if len(content) > self._limits.max_text_chars:
-            raise ResponseFailure(
+        if event.response_id is not None and event.response_id != self.response_id:
+            raise _failure(FailureKind.LIFECYCLE, "completed response has another id")
+        if event.output is None:
+            parts, calls = self._streamed_output()
+        else:
+            parts, calls = self._snapshot_output(event.output)
+        finish = self._finish_reason(event.finish_reason, bool(calls))
+        text = "".join(p.text for p in parts if isinstance(p, TextPart))
+        refusal = "".join(p.text for p in parts if isinstance(p, RefusalPart))
+        if len(text) + len(refusal) > self._limits.max_text_chars:
+            raise _failure(
                 FailureKind.BOUND_EXCEEDED,
                 f"response text exceeded {self._limits.max_text_chars} characters",
             )
-        self._match_streamed(terminal_calls)
-        finish_reason = self._finish_reason(event.finish_reason, bool(terminal_calls))
-        calls = self._validate_batch(terminal_calls, content)
+        if finish == FINISH_REFUSED:
+            # A refusal releases no call: calls are dropped from the message and its output.
+            calls = []
+            parts = [p for p in parts if not isinstance(p, CallPart)]
+            refusal = refusal or event.refusal_detail or "the model refused"
+        tool_calls = self._validate_batch(calls, text)
         message = Message(
             "assistant",
-            content,
-            calls,
+            text,
+            tool_calls,
             response_id=self.response_id,
             usage=event.usage,
-            reasoning=tuple(reasoning),
+            refusal=refusal,
+            output=tuple(parts),
+            paused=finish == FINISH_PAUSED,
         )
-        return Decision(message, finish_reason, event.usage)
+        return Decision(message, finish, event.usage)
+
+    def _streamed_output(self) -> tuple[list[OutputPart], list[OutputCall]]:
+        parts: list[OutputPart] = []
+        calls: list[OutputCall] = []
+        for kind, value in self._layout:
+            if kind == "call":
+                assert isinstance(value, str)
+                call = self._pending[value].output()
+                calls.append(call)
+                parts.append(CallPart(call.call_id))
+            elif kind == "native":
+                assert isinstance(value, NativeItem)
+                parts.append(value)
+            else:
+                assert isinstance(value, list)
+                joined = "".join(value)
+                parts.append(TextPart(joined) if kind == "text" else RefusalPart(joined))
+        return parts, calls
+
+    def _snapshot_output(
+        self, output: Sequence[object]
+    ) -> tuple[list[OutputPart], list[OutputCall]]:
+        parts: list[OutputPart] = []
+        calls: list[OutputCall] = []
+        for item in output:
+            if isinstance(item, OutputText):
+                parts.append(TextPart(item.text, item.item_id))
+            elif isinstance(item, OutputRefusal):
+                parts.append(RefusalPart(item.text, item.item_id))
+            elif isinstance(item, OutputCall):
+                calls.append(item)
+                parts.append(CallPart(item.call_id, item.key))
+            elif isinstance(item, OutputNative):
+                parts.append(NativeItem(item.kind, item.item))
+            elif isinstance(item, UnsupportedOutput):
+                raise _failure(
+                    FailureKind.UNSUPPORTED_OUTPUT,
+                    f"output item {item.item_type!r} cannot be replayed; response rejected",
+                )
+            else:
+                raise _failure(FailureKind.LIFECYCLE, f"unknown output item {item!r}")
+        self._match_streamed(calls)
+        return parts, calls
 
     @staticmethod
     def _finish_reason(stated: str | None, has_calls: bool) -> str:
         """A stated (normalized) finish reason must agree with the presence of calls; a
-        provider that states none gets the one its calls imply."""
+        provider that states none gets the one its calls imply. A pause carries no calls; a
+        refusal releases none."""
         implied = FINISH_WITH_CALLS if has_calls else FINISH_WITHOUT_CALLS
-        if stated is None or stated == implied:
-            return implied
+        if stated is None or stated in (implied, FINISH_REFUSED):
+            return implied if stated is None else stated
+        if stated == FINISH_PAUSED:
+            if has_calls:
+                raise _failure(FailureKind.LIFECYCLE, "a paused response requested calls")
+            return stated
         if stated in (FINISH_WITH_CALLS, FINISH_WITHOUT_CALLS):
             having = "has" if has_calls else "has no"
-            raise ResponseFailure(
+            raise _failure(
                 FailureKind.LIFECYCLE, f"finish reason {stated!r} but the response {having} calls"
             )
-        raise ResponseFailure(
+        raise _failure(
             FailureKind.LIFECYCLE, f"finish reason {stated!r} is not a successful completion"
         )
 
@@ -312,52 +462,48 @@ class ResponseGate:
         """The terminal call list must be exactly the calls that were streamed."""
         seen: set[str] = set()
         for call in terminal_calls:
-            pending = self._pending.get(call.item_id)
-            if pending is None or call.item_id in seen:
-                raise ResponseFailure(
+            pending = self._pending.get(call.key)
+            if pending is None or call.key in seen:
+                raise _failure(
                     FailureKind.CALL_MISMATCH,
-                    f"terminal call {call.call_id or call.item_id!r} was not streamed",
+                    f"terminal call {call.call_id or call.key!r} was not streamed",
                 )
-            seen.add(call.item_id)
+            seen.add(call.key)
             if (pending.call_id, pending.name, pending.arguments()) != (
                 call.call_id,
                 call.name,
                 call.arguments,
             ):
-                raise ResponseFailure(
+                raise _failure(
                     FailureKind.CALL_MISMATCH,
                     f"terminal call {call.call_id!r} differs from the streamed call",
                 )
         if len(seen) != len(self._pending):
             missing = sorted(set(self._pending) - seen)
-            raise ResponseFailure(
+            raise _failure(
                 FailureKind.CALL_MISMATCH,
                 f"streamed call item(s) {', '.join(missing)} missing from the terminal response",
             )
 
-    def _validate_batch(
-        self, terminal_calls: list[OutputCall], content: str
-    ) -> tuple[ToolCall, ...]:
+    def _validate_batch(self, calls: list[OutputCall], content: str) -> tuple[ToolCall, ...]:
         problems: list[CallProblem] = []
-        calls: list[ToolCall] = []
+        valid: list[ToolCall] = []
         call_ids: set[str] = set()
-        for call in terminal_calls:
-            problem = self._problem(call, call_ids)
+        for call in calls:
+            problem, arguments = self._check(call, call_ids)
             call_ids.add(call.call_id)
             if problem is not None:
                 problems.append(CallProblem(call.call_id, call.name, problem))
                 continue
-            calls.append(
-                ToolCall(call.call_id, call.name, json.loads(call.arguments), call.arguments)
-            )
+            valid.append(ToolCall(call.call_id, call.name, arguments, call.arguments))
         if problems:
-            raise InvalidBatch(problems, self._batch_recovery(terminal_calls, problems, content))
-        return tuple(calls)
+            raise InvalidBatch(problems, self._batch_recovery(calls, problems, content))
+        return tuple(valid)
 
     def _batch_recovery(
-        self, terminal_calls: list[OutputCall], problems: list[CallProblem], content: str
+        self, calls: list[OutputCall], problems: list[CallProblem], content: str
     ) -> Recovery | None:
-        if not _pairable([(c.call_id, c.name) for c in terminal_calls]):
+        if not _pairable(calls):
             return None
         by_id = {p.call_id: p.problem for p in problems}
         invalid = ", ".join(p.call_id for p in problems)
@@ -366,39 +512,45 @@ class ResponseGate:
             if c.call_id in by_id
             else f"error: not executed because another call in the same response was invalid "
             f"({invalid}); reissue this call if you still need it"
-            for c in terminal_calls
+            for c in calls
         )
-        calls = tuple(
-            ToolCall(c.call_id, c.name, _parsed_or_empty(c.arguments), c.arguments)
-            for c in terminal_calls
+        replayed = tuple(
+            ToolCall(c.call_id, c.name, _parsed_or_empty(c.arguments), c.arguments) for c in calls
         )
-        return Recovery(Message("assistant", content, calls), observations)
+        return Recovery(Message("assistant", content, replayed), observations)
 
-    def _problem(self, call: OutputCall, earlier_ids: set[str]) -> str | None:
+    def _check(
+        self, call: OutputCall, earlier_ids: set[str]
+    ) -> tuple[str | None, dict[str, object]]:
+        """(problem, parsed arguments): problem None when the call is valid."""
         if not call.call_id:
-            return "empty call id"
+            return "empty call id", {}
         if call.call_id in earlier_ids:
-            return "duplicate call id"
-        if call.name not in self._tools:
+            return "duplicate call id", {}
+        tool = self._tools.get(call.name)
+        if tool is None:
             exposed = ", ".join(sorted(self._tools)) or "none"
-            return f"tool {call.name!r} is not exposed (exposed tools: {exposed})"
+            return f"tool {call.name!r} is not exposed (exposed tools: {exposed})", {}
+        text = call.arguments
+        if not text.strip(" \t\n\r") and tool.takes_no_arguments:
+            text = "{}"  # no arguments for a tool without parameters
         try:
-            arguments = json.loads(call.arguments)
+            arguments = parse_arguments(text, MAX_ARGUMENT_DEPTH)
         except ValueError as exc:
-            return f"arguments are not valid JSON ({exc})"
+            return f"arguments are not valid JSON ({exc})", {}
         if type(arguments) is not dict:
-            return "arguments are not a JSON object"
+            return "arguments are not a JSON object", {}
         errors = sorted(self._validators[call.name].iter_errors(arguments), key=str)
         if errors:
             where = "/".join(str(part) for part in errors[0].absolute_path)
             at = f" at {where}" if where else ""
-            return f"arguments do not match the schema{at}: {errors[0].message}"
-        return None
+            return f"arguments do not match the schema{at}: {errors[0].message}", {}
+        return None, arguments
 
 
 def _parsed_or_empty(arguments: str) -> dict[str, object]:
     try:
-        value = json.loads(arguments)
+        value = parse_arguments(arguments)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

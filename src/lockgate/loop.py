@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .boundary import ModelClient
+from .client import ModelClient
 from .conversation import Message, RunResult, ToolSpec, Usage
 from .errors import ResponseFailure
 from .events import Observer, Recovering, RunStopped, ToolFinished, ToolStarted, ignore_event

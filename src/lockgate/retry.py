@@ -32,12 +32,15 @@ ENVIRONMENT_PREFIX = "LOCKGATE_RETRY_"
 class RetryPolicy:
     """At most `attempts` openings. Without a server instruction the delay before attempt
     n+1 is min(base·2ⁿ⁻¹, max) ± jitter; a server-requested wait longer than `max_delay`
-    fails at once instead of retrying early."""
+    fails at once instead of retrying early. `retry_unstarted` (off by default): a stream
+    whose provider reported a transient error before any content event (only start, ping
+    and progress) counts as a failed opening, within the same attempts and wait rules."""
 
     attempts: int = 3
     base_delay: float = 0.25
     max_delay: float = 60.0
     jitter: float = 0.10
+    retry_unstarted: bool = False  # a stream that failed transiently before any content
 
     def __post_init__(self) -> None:
         if not 1 <= self.attempts <= 100:
@@ -57,26 +60,36 @@ class RetryPolicy:
 
     @classmethod
     def from_environment(
-        cls, environ: Mapping[str, str] | None = None, **overrides: float | None
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        retry_unstarted: bool = False,
+        **overrides: float | None,
     ) -> RetryPolicy:
         """Defaults, then `LOCKGATE_RETRY_{ATTEMPTS,BASE_DELAY,MAX_DELAY,JITTER}`, then the
-        non-None `overrides` (CLI flags). Raises ValueError with a one-line message."""
+        non-None `overrides` (CLI flags). A flag wins: an invalid environment value it
+        overrides does not matter. Raises ValueError with a one-line message."""
         environ = os.environ if environ is None else environ
         values: dict[str, float] = {}
         for name in ("attempts", "base_delay", "max_delay", "jitter"):
-            key = ENVIRONMENT_PREFIX + name.upper()
-            if key in environ:
-                try:
-                    values[name] = float(environ[key])
-                except ValueError:
-                    raise ValueError(f"{key}={environ[key]!r} is not a number") from None
             override = overrides.get(name)
             if override is not None:
                 values[name] = override
+                continue
+            key = ENVIRONMENT_PREFIX + name.upper()
+            if key in environ:
+                text = environ[key]
+                try:
+                    value = float(text)
+                except ValueError:
+                    raise ValueError(f"{key}={text!r} is not a number") from None
+                if not math.isfinite(value):
+                    raise ValueError(f"{key}={text!r} is not a finite number")
+                values[name] = value
         attempts = values.pop("attempts", cls().attempts)
         if attempts != int(attempts):
             raise ValueError("retry attempts must be a whole number")
-        return cls(attempts=int(attempts), **values)
+        return cls(attempts=int(attempts), retry_unstarted=retry_unstarted, **values)
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .boundary import ModelClient
+from .client import ModelClient
 from .context import base_instructions, build_instructions, task_prompt
 from .errors import ResponseFailure
 from .events import Observer

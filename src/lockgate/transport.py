@@ -16,7 +16,8 @@ class ByteStream(Protocol):
 
 class Transport(Protocol):
     """Opens one streaming request. Raises OpenFailure (retryable or not) before any byte of
-    the response body arrived; owns its connections and closes them in `aclose`."""
+    the response body arrived; owns its connections and closes them in `aclose`. After
+    `aclose`, `open` raises a non-retryable OpenFailure."""
 
     async def open(self, request: Mapping[str, Any]) -> ByteStream: ...
 

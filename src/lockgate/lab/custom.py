@@ -65,7 +65,14 @@ def _field(payload: dict[str, Any], name: str) -> str:
 
 
 class CustomDecoder:
-    def decode(self, event: ServerSentEvent) -> StreamEvent | None:
+    def end_of_stream(self) -> Sequence[StreamEvent]:
+        return ()
+
+    def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
+        decoded = self._decode(event)
+        return () if decoded is None else (decoded,)
+
+    def _decode(self, event: ServerSentEvent) -> StreamEvent | None:
         try:
             payload = json.loads(event.data)
         except ValueError:
@@ -98,10 +105,9 @@ class CustomDecoder:
                 )
             finish = payload.get("finish_reason")
             return ResponseCompleted(
-                "completed",
-                tuple(output),
-                None,
                 finish if isinstance(finish, str) else None,
+                None,
+                tuple(output),
                 response_id=_field(payload, "response_id"),
             )
         return None

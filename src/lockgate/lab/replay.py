@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import OpenFailure, StreamInterrupted
-from ..providers.openai_errors import classify_openai_failure
+from ..providers.openai.errors import classify_openai_failure
 from ..transport import ByteStream, Transport
 from .script import Hang, Pause, Reset, Turn, body_actions
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..boundary import StreamingModelClient
+from ..client import StreamingModelClient
 from ..conversation import Usage
 from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
-from ..providers.base import ProviderCodec
-from ..providers.openai_responses import ResponsesCodec
-from ..providers.openai_transport import OpenAIResponsesTransport
+from ..providers.base import ProviderCodec, TransportOptions
+from ..providers.openai.transport import OpenAITransport
+from ..providers.responses.codec import ResponsesCodec
 from ..session import run_session
 from ..transport import Transport
 from .custom import CustomCodec
@@ -113,11 +113,15 @@ async def _wiring(turns: list[Turn], kind: LabTransport) -> AsyncIterator[_Wirin
         yield _Wiring(replay, replay.paused.wait, no_server, lambda: list(replay.requests))
         return
     async with serve_script(turns) as server:
-        transport = OpenAIResponsesTransport(
-            api_key=LAB_API_KEY,
-            base_url=server.base_url,
-            timeout=10.0,
-            read_timeout=LAB_IDLE_TIMEOUT_SECONDS + 5,
+        transport = OpenAITransport(
+            TransportOptions(
+                api_key=LAB_API_KEY,
+                base_url=server.base_url,
+                timeout=10.0,
+                read_timeout=LAB_IDLE_TIMEOUT_SECONDS + 5,
+                trust_env=False,
+            ),
+            "responses",
         )
 
         async def view() -> ServerView:

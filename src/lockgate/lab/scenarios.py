@@ -191,7 +191,16 @@ def reasoning_item_turns() -> list[Turn]:
 
 def unsupported_item_turns() -> list[Turn]:
     builder = ResponseBuilder("resp_unsupported").created()
-    builder.output_item({"id": "ws_1", "type": "web_search_call", "status": "completed"})
+    builder.output_item(
+        {
+            "id": "cu_1",
+            "type": "computer_call",
+            "call_id": "call_cu",
+            "action": {"type": "screenshot"},
+            "pending_safety_checks": [],
+            "status": "completed",
+        }
+    )
     builder.call("fc_1", "call_1", "edit", EDIT_FIX)
     return [builder.completed().turn()]
 
@@ -659,7 +668,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         "unsupported-item",
-        "an output item this adapter cannot replay (web_search_call)",
+        "an output item asking for a client action lockgate cannot run (computer_call)",
         _failure(FailureKind.UNSUPPORTED_OUTPUT, closed_early=0),
         unsupported_item_turns,
     ),

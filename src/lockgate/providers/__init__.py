@@ -1,1 +1,24 @@
-"""Provider encoders and decoders. Provider-specific code lives only here."""
+"""The provider registry: one entry per protocol lockgate speaks.
+
+Provider-specific code lives only in its folder here (`providers/<name>/`); adding a provider
+touches that folder and one line below. The CLI, the lab and the tests pick providers from
+this registry.
+"""
+
+from __future__ import annotations
+
+from .base import CodecOptions, Provider, TransportOptions
+from .responses import PROVIDER as RESPONSES
+
+__all__ = ["PROVIDERS", "CodecOptions", "Provider", "TransportOptions", "provider"]
+
+PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES,)}
+
+
+def provider(name: str) -> Provider:
+    """The registry entry for `name` (KeyError names the known providers)."""
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        known = ", ".join(PROVIDERS)
+        raise KeyError(f"unknown provider {name!r} (known: {known})") from None

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ..errors import OpenFailure
-from ..retry import ErrorDetails, classify_opening_failure, seconds_until_timestamp
+from ...errors import OpenFailure
+from ...retry import ErrorDetails, classify_opening_failure, seconds_until_timestamp
 
 QUOTA_TYPES = frozenset({"billing_error"})
 _PREFIX = "anthropic-ratelimit-"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from ..errors import OpenFailure
-from ..retry import ErrorDetails, classify_opening_failure, parse_go_duration
+from ...errors import OpenFailure
+from ...retry import ErrorDetails, classify_opening_failure, parse_go_duration
 
 # 429 has two meanings; these codes say retrying never helps (read from codes, not prose).
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "usage_limit_reached"})

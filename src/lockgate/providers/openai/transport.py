@@ -1,23 +1,25 @@
-"""OpenAI transport through the official SDK.
+"""OpenAI transport through the official SDK, for the Responses and Chat Completions
+endpoints.
 
 The SDK owns connections, auth, base URL, headers, timeouts and HTTP status mapping, always
-with `max_retries=0`: lockgate's boundary is the one retry owner. The body is taken *raw*
+with `max_retries=0`: lockgate's client is the one retry owner. The body is taken *raw*
 (`with_streaming_response`) and decoded by lockgate's bounded SSE decoder.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, cast
+from typing import Any, Literal, cast
 
-import httpx
 import openai
 from openai import AsyncOpenAI
 
-from ..errors import OpenFailure, StreamInterrupted
-from .openai_errors import classify_openai_failure
+from ...credentials import Redactor
+from ...errors import OpenFailure, StreamInterrupted
+from ..base import TransportOptions
+from .errors import classify_openai_failure
 
-DEFAULT_TIMEOUT_SECONDS = 30.0
+Endpoint = Literal["responses", "chat"]
 
 
 class _SDKByteStream:
@@ -43,32 +45,32 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-class OpenAIResponsesTransport:
-    """Opens `POST {base_url}/responses` streams with the official `openai` SDK."""
+class OpenAITransport:
+    """Opens `POST {base_url}/responses` or `/chat/completions` streams with the `openai`
+    SDK."""
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        base_url: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        read_timeout: float | None = None,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> None:
-        """`timeout` bounds connecting, writing and waiting for the response head;
-        `read_timeout` (default: `timeout`) is the SDK's per-read silence backstop. Keep it
-        above the boundary's idle timeout so that lockgate's own, clearer, check fires first."""
+    def __init__(self, options: TransportOptions, endpoint: Endpoint) -> None:
+        self.redactor = Redactor([options.api_key])
+        self._endpoint = endpoint
+        self._closed = False
         self._client = AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
+            api_key=options.api_key,
+            base_url=options.base_url,
             max_retries=0,
-            timeout=openai.Timeout(timeout, read=read_timeout or timeout),
+            timeout=openai.Timeout(options.timeout, read=options.read_timeout or options.timeout),
             # The SDK takes legacy httpx clients too (tests use httpx.MockTransport).
-            http_client=cast(Any, http_client),
+            http_client=cast(Any, options.http_client),
         )
 
     async def open(self, request: Mapping[str, Any]) -> _SDKByteStream:
-        create = cast(Callable[..., Any], self._client.responses.with_streaming_response.create)
+        if self._closed:
+            raise OpenFailure("the transport is closed; no request made", retryable=False)
+        resource: Any = (
+            self._client.responses
+            if self._endpoint == "responses"
+            else self._client.chat.completions
+        )
+        create = cast(Callable[..., Any], resource.with_streaming_response.create)
         context = create(**request)
         try:
             response = await context.__aenter__()
@@ -76,8 +78,10 @@ class OpenAIResponsesTransport:
             raise classify_openai_failure(exc.status_code, exc.body, exc.response.headers) from None
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
-            raise OpenFailure(f"connection failed: {_describe(cause)}", retryable=True) from None
+            message = self.redactor(f"connection failed: {_describe(cause)}")
+            raise OpenFailure(message, retryable=True) from None
         return _SDKByteStream(context, response)
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._client.close()

@@ -1,0 +1,79 @@
+"""JSON from the network, parsed with bounds: no recursion error, no unbounded nesting.
+
+Every provider decoder parses event data with `parse_event`; the gate parses tool arguments
+with `parse_arguments`. Both fail with `ValueError` (a clear message) for invalid JSON, for
+data nested deeper than the limit, and for text that is not UTF-8, so that hostile nesting is
+a malformed event or an invalid call, never an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+MAX_EVENT_DEPTH = 64
+MAX_ARGUMENT_DEPTH = 32
+
+_DECODER = json.JSONDecoder()
+_scan_once: Callable[[str, int], tuple[object, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+_WHITESPACE = " \t\n\r"
+
+
+def _loads(text: str) -> object:
+    """`json.loads` without its per-call overheads (the hot path of every decoder)."""
+    try:
+        try:
+            value, end = _scan_once(text, 0)
+        except StopIteration:  # leading whitespace, or nothing valid: the full decoder decides
+            return _DECODER.decode(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if end != len(text) and text[end:].strip(_WHITESPACE):
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
+def too_deep(value: object, max_depth: int) -> bool:
+    """Whether `value` nests containers deeper than `max_depth` (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            children: object = current.values()
+        elif isinstance(current, list):
+            children = current
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children)  # type: ignore[attr-defined]
+    return False
+
+
+def _openers(text: str) -> int:
+    return text.count("{") + text.count("[")
+
+
+def parse_json(text: str, max_depth: int) -> object:
+    """Parse `text`; ValueError if it is not JSON or nests deeper than `max_depth`.
+
+    The depth walk runs only when the text holds more brackets than the limit, which an
+    ordinary event or argument object never does."""
+    value = _loads(text)
+    if _openers(text) > max_depth and too_deep(value, max_depth):
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    return value
+
+
+def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
+    """One SSE event's data: UTF-8 JSON within the nesting bound."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("event data is not UTF-8") from None
+    return parse_json(text, max_depth)
+
+
+def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:
+    """A tool call's argument text within the nesting bound."""
+    return parse_json(text, max_depth)

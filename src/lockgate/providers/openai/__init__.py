@@ -1,0 +1,1 @@
+"""The official `openai` SDK as transport, and OpenAI error bodies (Responses and Chat)."""

@@ -1,0 +1,31 @@
+"""OpenAI Responses (`POST {base}/responses`): OpenAI, and Responses-compatible gateways."""
+
+from __future__ import annotations
+
+from ...transport import Transport
+from ..base import CodecOptions, Provider, TransportOptions
+from ..openai.errors import classify_openai_failure
+from .codec import ResponsesCodec
+
+
+def _codec(options: CodecOptions) -> ResponsesCodec:
+    return ResponsesCodec.from_options(options)
+
+
+def _transport(options: TransportOptions) -> Transport:
+    from ..openai.transport import OpenAITransport  # imports the SDK: only when needed
+
+    return OpenAITransport(options, "responses")
+
+
+PROVIDER = Provider(
+    name="responses",
+    title="OpenAI Responses",
+    key_variable="OPENAI_API_KEY",
+    default_model="gpt-4.1-mini",
+    base_url_hint="https://api.openai.com/v1",
+    make_codec=_codec,
+    make_transport=_transport,
+    classify_error=classify_openai_failure,
+    options=frozenset({"continuation", "encrypted_reasoning"}),
+)
