@@ -66,17 +66,23 @@ def replay_client(
     return client, transport, recorder
 
 
-USAGE_LINE = r"usage: input=\d+ \(cached=\d+\) output=\d+ \(reasoning=\d+\) total=\d+\n"
+USAGE_LINE = (
+    r"usage: (input=\d+ \(cached=\d+(, cache_write=\d+)?\) output=\d+ \(reasoning=\d+\) "
+    r"total=\d+|not reported)\n"
+)
+
+
+def indented(source: str) -> str:
+    """A file as the CLI prints it: every non-empty line indented by two spaces."""
+    return "".join(f"  {line}" if line.strip("\n") else line for line in source.splitlines(True))
 
 
 def ends_with_file_and_usage(stdout: str, source: str) -> bool:
-    """The run's last words: the final file, then exactly one usage line."""
+    """The run's last words: the final file (indented), then exactly one usage line."""
     import re
 
-    return (
-        re.search(r"final calculator\.py:\n" + re.escape(source) + USAGE_LINE + r"\Z", stdout)
-        is not None
-    )
+    pattern = r"final calculator\.py:\n" + re.escape(indented(source)) + USAGE_LINE + r"\Z"
+    return re.search(pattern, stdout) is not None
 
 
 def run_lockgate(

@@ -75,7 +75,14 @@ def test_lab_json_trace_is_json_lines() -> None:
         "decision_ready",
         "final",
     } <= kinds
-    assert records[-1]["source"] == FIXED_SOURCE
+    finals = [record for record in records if record["event"] == "final"]
+    assert [final["source"] for final in finals] == [FIXED_SOURCE, FIXED_SOURCE]
+    runs = [record for record in records if record["event"] == "lab_run"]
+    assert [(r["transport"], r["as_expected"]) for r in runs] == [
+        ("inprocess", True),
+        ("http", True),
+    ]
+    assert records[-1] == runs[-1]  # each run's record follows its final record
 
 
 @pytest.mark.parametrize(
@@ -92,7 +99,11 @@ def test_lab_json_trace_is_json_lines() -> None:
 def test_bad_arguments_exit_two_with_one_line_error(args: tuple[str, ...]) -> None:
     result = lockgate(*args)
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("lockgate: error:")
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr  # one line, never the whole usage
+    assert lines[0].startswith("lockgate"), lines[0]
+    assert "error" in lines[0] or "unknown" in lines[0]
+    assert result.stdout == ""
     assert_no_traceback(result)
 
 

@@ -1,7 +1,11 @@
 """The `lockgate` command line: `run` (live, opt-in), `lab` (failure lab), `serve`.
 
-Exit codes: 0 success (lab: every scenario as expected); 1 provider failure, turn limit or a
-lab scenario not as expected; 2 usage or configuration error; 130 interrupted.
+Exit codes: 0 success (lab: every scenario as expected); 1 provider failure, refusal, turn
+limit or a lab scenario not as expected; 2 usage or configuration error; 74 output could
+not be written; 130 interrupted; 141 stdout closed early.
+
+Only the standard library is imported at module level: `--version`, `--help` and usage
+errors answer at once, and a Ctrl-C during start-up is an ordinary interruption.
 """
 
 from __future__ import annotations
@@ -11,49 +15,56 @@ import asyncio
 import contextlib
 import dataclasses
 import ipaddress
+import math
 import os
 import signal
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO, TypeVar, cast
-
-import httpx
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 from . import __version__
-from .client import DEFAULT_DEADLINE_SECONDS, DEFAULT_IDLE_TIMEOUT_SECONDS, StreamingModelClient
-from .conversation import Usage
-from .display import HumanDisplay, JsonLinesDisplay, Redactor
-from .events import Observer, UsageMeter, fan_out
-from .fixture import create_fixture
-from .lab.runner import LabResult, LabTransport, run_scenario
-from .lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
-from .lab.script import ScriptError, load_script
-from .lab.server import serve_script
-from .providers.base import TransportOptions
-from .providers.openai.transport import OpenAITransport
-from .providers.responses.codec import ResponsesCodec
-from .retry import RetryPolicy
-from .session import SessionOutcome, run_session
+
+if TYPE_CHECKING:
+    from .conversation import Usage
+    from .credentials import Redactor
+    from .display import HumanDisplay, JsonLinesDisplay
+    from .lab.runner import LabResult
+    from .providers.base import Provider
+    from .retry import RetryPolicy
+    from .session import SessionOutcome
 
 Number = TypeVar("Number", int, float)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_OUTPUT = 74
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
-DEFAULT_MODEL = "gpt-4.1-mini"
 SDK_READ_TIMEOUT_MARGIN_SECONDS = 5.0
+DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # the client's defaults, repeated to keep imports lazy
+DEFAULT_DEADLINE_SECONDS = 600.0
+RESPONSES_ONLY = ("continuation", "encrypted_reasoning")
+
+
+class UsageError(Exception):
+    """A one-line usage or configuration error (exit 2)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM outside a running session (SIGINT raises KeyboardInterrupt itself)."""
+
+
+_SECRETS: list[str] = []  # the key, once read: redacted from any last-resort message
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"lockgate: error: {message}\n")
+    def error(self, message: str) -> NoReturn:
+        """One line, never the whole usage: `lockgate run: error: … (see lockgate run -h)`."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _number(
@@ -64,8 +75,10 @@ def _number(
     def parse(text: str) -> Number:
         try:
             value = convert(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if not valid(value):
             raise argparse.ArgumentTypeError(rule)
         return value
@@ -73,7 +86,7 @@ def _number(
     return parse
 
 
-_positive_int = _number(int, "a whole number", lambda v: v >= 1, "must be at least 1")
+_positive_int = _number(int, "a whole number", lambda v: 1 <= v <= 1_000_000, "must be 1 or more")
 _positive_seconds = _number(
     float, "a number of seconds", lambda v: 0 < v < 1e9, "must be a positive number of seconds"
 )
@@ -82,6 +95,16 @@ _non_negative_seconds = _number(
 )
 _fraction = _number(float, "a number", lambda v: 0 <= v < 1, "must be at least 0 and less than 1")
 _port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "must be between 0 and 65535")
+_tokens = _number(int, "a whole number", lambda v: 1 <= v <= 10_000_000, "must be 1 or more")
+
+
+def _text(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.strip() or any(c.isspace() or not c.isprintable() for c in text):
+            raise argparse.ArgumentTypeError(f"{what} must be non-empty, without spaces")
+        return text
+
+    return parse
 
 
 def _loopback_host(text: str) -> str:
@@ -96,23 +119,68 @@ def _loopback_host(text: str) -> str:
 
 
 def _base_url(text: str) -> str:
+    """An http(s) URL with a host, a valid port and no user:password part."""
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError("the URL must not contain spaces or control characters")
     try:
-        url = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a URL") from None
-    if url.scheme not in {"http", "https"} or not url.host:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL")
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise argparse.ArgumentTypeError(
+            "the URL must not carry user:password (the key comes from the environment)"
+        )
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} has port 0")
     return text
 
 
+def _script_path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the script path is empty")
+    return Path(text)
+
+
+def _provider_names() -> list[str]:
+    from .providers import PROVIDERS
+
+    return list(PROVIDERS)
+
+
+def _scenario_names() -> list[str]:
+    from .lab.scenarios import SCENARIOS
+
+    return [scenario.name for scenario in SCENARIOS]
+
+
 def build_parser() -> argparse.ArgumentParser:
+    providers = _provider_names()
     parser = _Parser(prog="lockgate", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run the agent against a live Responses endpoint")
-    run.add_argument("--model", default=DEFAULT_MODEL, help=f"model name (default {DEFAULT_MODEL})")
-    run.add_argument("--base-url", type=_base_url, help="any Responses-compatible endpoint")
+    run = commands.add_parser("run", help="run the agent against a live provider")
+    run.add_argument(
+        "--provider",
+        choices=providers,
+        default="responses",
+        help="the protocol to speak (default responses)",
+    )
+    run.add_argument(
+        "--model", type=_text("--model"), help="model name (default: the provider's default)"
+    )
+    run.add_argument(
+        "--base-url", type=_base_url, metavar="URL", help="any endpoint speaking the protocol"
+    )
+    run.add_argument(
+        "--api-key-env",
+        type=_text("--api-key-env"),
+        metavar="NAME",
+        help="read the key from this variable (default: the provider's, e.g. OPENAI_API_KEY)",
+    )
     run.add_argument(
         "--allow-execution",
         action="store_true",
@@ -128,17 +196,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail a response after this long without a byte (default 60)",
     )
     run.add_argument(
+        "--deadline",
+        type=_positive_seconds,
+        default=DEFAULT_DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help="fail a response that takes longer than this in total (default 600)",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=_tokens,
+        default=2048,
+        metavar="N",
+        help="the output token cap of each response (default 2048)",
+    )
+    run.add_argument(
         "--continuation",
         choices=["stateless", "native"],
-        default="stateless",
-        help="stateless: full history, store false (default); native: store true and "
-        "previous_response_id",
+        help="responses only. stateless: full history, store false (default); native: store "
+        "true and previous_response_id",
     )
     run.add_argument(
         "--encrypted-reasoning",
         choices=["auto", "on", "off"],
-        default="auto",
-        help="ask for encrypted reasoning to replay (auto: reasoning models only)",
+        help="responses only: ask for encrypted reasoning to replay (auto: reasoning models)",
+    )
+    run.add_argument(
+        "--thinking-budget",
+        type=_tokens,
+        metavar="N",
+        help="anthropic only: extended thinking with this token budget",
     )
     run.add_argument(
         "--recover",
@@ -148,14 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--recovery-budget",
         type=_positive_int,
-        default=2,
         metavar="N",
         help="with --recover: stop after N recoveries in a row (default 2)",
     )
     retry = run.add_argument_group(
         "retry owner (environment: LOCKGATE_RETRY_ATTEMPTS, _BASE_DELAY, _MAX_DELAY, _JITTER)"
     )
-    retry.add_argument("--retry-attempts", type=_positive_int, metavar="N", help="default 3")
+    retry.add_argument(
+        "--retry-attempts",
+        type=_number(int, "a whole number", lambda v: 1 <= v <= 100, "must be between 1 and 100"),
+        metavar="N",
+        help="default 3",
+    )
     retry.add_argument(
         "--retry-base-delay", type=_non_negative_seconds, metavar="SECONDS", help="default 0.25"
     )
@@ -168,21 +258,20 @@ def build_parser() -> argparse.ArgumentParser:
     retry.add_argument(
         "--retry-jitter", type=_fraction, metavar="FRACTION", help="default 0.1 (±10%%)"
     )
-    run.add_argument(
-        "--deadline",
-        type=_positive_seconds,
-        default=DEFAULT_DEADLINE_SECONDS,
-        metavar="SECONDS",
-        help="fail a response that takes longer than this in total (default 600)",
+    retry.add_argument(
+        "--retry-unstarted",
+        action="store_true",
+        help="also retry a stream that failed transiently before any content (off by default)",
     )
 
     lab = commands.add_parser("lab", help="run the offline failure laboratory")
     lab.add_argument(
-        "--scenario",
-        choices=[scenario.name for scenario in SCENARIOS],
-        metavar="NAME",
-        help="run one scenario with its full trace: " + ", ".join(s.name for s in SCENARIOS),
+        "--provider",
+        choices=[*providers, "all"],
+        default="all",
+        help="the protocols to play (default all)",
     )
+    lab.add_argument("--scenario", metavar="NAME", help="run one scenario with its full trace")
     lab.add_argument(
         "--transport",
         choices=["inprocess", "http", "both"],
@@ -192,106 +281,72 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--json", action="store_true", help="trace as JSON lines on stdout")
 
     serve = commands.add_parser(
-        "serve", help="serve a scripted, fault-injecting Responses provider on loopback"
+        "serve", help="serve a scripted, fault-injecting provider on loopback"
+    )
+    serve.add_argument(
+        "--provider",
+        choices=providers,
+        help="the protocol to speak (default responses, or the script's own)",
     )
     source = serve.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--scenario",
-        choices=[scenario.name for scenario in SCENARIOS],
-        metavar="NAME",
-        help="serve a lab scenario's turns",
-    )
-    source.add_argument("--script", type=Path, metavar="FILE", help="serve a JSON script")
+    source.add_argument("--scenario", metavar="NAME", help="serve a lab scenario's turns")
+    source.add_argument("--script", type=_script_path, metavar="FILE", help="serve a JSON script")
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
     return parser
 
 
-def _observer(json_lines: bool, redact: Redactor) -> Observer:
+# --- output ------------------------------------------------------------------------------
+
+
+def _observer(json_lines: bool, redact: Redactor) -> HumanDisplay | JsonLinesDisplay:
+    from .display import HumanDisplay, JsonLinesDisplay
+
     if json_lines:
         return JsonLinesDisplay(sys.stdout, redact=redact)
     return HumanDisplay(sys.stdout, sys.stderr, redact=redact)
 
 
 def _print_outcome(
-    outcome: SessionOutcome, usage: Usage, json_lines: bool, redact: Redactor
+    outcome: SessionOutcome,
+    usage: Usage | None,
+    display: HumanDisplay | JsonLinesDisplay,
+    redact: Redactor,
 ) -> None:
-    """The run's last words: stop line, tools executed, the final file, and usage last."""
-    if json_lines:
-        JsonLinesDisplay(sys.stdout, redact=redact).emit(
+    """The run's last words: stop line, tools executed, the final file (indented: it is
+    model-controlled), and usage last."""
+    from .display import JsonLinesDisplay, model_block, visible
+
+    display.close()
+    if isinstance(display, JsonLinesDisplay):
+        display.emit(
             {
                 "event": "final",
                 "stopped": outcome.stopped,
                 "executed_tools": outcome.executed_tools,
                 "file": "calculator.py",
                 "source": outcome.final_source,
-                "usage": dataclasses.asdict(usage),
+                "usage": dataclasses.asdict(usage) if usage is not None else None,
             }
         )
         return
-    source = outcome.final_source
+    source = model_block(redact(outcome.final_source))
     if not source.endswith("\n"):
         source += "\n"
+    stopped = visible(redact(outcome.stopped), multiline=False)
+    usage_line = usage.line() if usage is not None else "usage: not reported"
     sys.stdout.write(
-        redact(
-            f"\nstopped: {outcome.stopped}\n"
-            f"executed tools: {outcome.executed_tools}\n"
-            f"final calculator.py:\n{source}"
-            f"{usage.line()}\n"
-        )
+        f"\nstopped: {stopped}\n"
+        f"executed tools: {outcome.executed_tools}\n"
+        f"final calculator.py:\n{source}"
+        f"{usage_line}\n"
     )
     sys.stdout.flush()
 
 
-async def _run_live(args: argparse.Namespace, api_key: str, retry: RetryPolicy) -> int:
-    redact = Redactor([api_key])
-    meter = UsageMeter()
-    observer = fan_out(meter, _observer(args.json, redact))
-    reasoning = {"auto": None, "on": True, "off": False}[args.encrypted_reasoning]
-    codec = ResponsesCodec(
-        args.model, continuation=args.continuation, encrypted_reasoning=reasoning
-    )
-    transport = OpenAITransport(
-        TransportOptions(
-            api_key=api_key,
-            base_url=args.base_url,
-            read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
-        ),
-        "responses",
-    )
-    client = StreamingModelClient(
-        codec,
-        transport,
-        observer=observer,
-        retry=retry,
-        idle_timeout=args.idle_timeout,
-        deadline=args.deadline,
-    )
-    with (
-        tempfile.TemporaryDirectory(prefix="lockgate-run-") as parent,
-        _interrupt_signal() as (interrupted),
-    ):
-        try:
-            outcome = await run_session(
-                create_fixture(Path(parent)),
-                client,
-                allow_execution=args.allow_execution,
-                max_turns=args.max_turns,
-                observer=observer,
-                interrupt=interrupted.wait,
-                recovery_budget=args.recovery_budget if args.recover else 0,
-            )
-        finally:
-            await transport.aclose()
-        _print_outcome(outcome, meter.total, args.json, redact)
-    if outcome.outcome == "interrupted":
-        return EXIT_INTERRUPTED
-    return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
-
-
 @contextlib.contextmanager
 def _interrupt_signal() -> Iterator[asyncio.Event]:
-    """SIGINT/SIGTERM set an event instead of raising, so the run can stop cleanly."""
+    """SIGINT/SIGTERM set an event instead of raising, so a run can stop cleanly."""
     loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
     installed = []
@@ -304,11 +359,152 @@ def _interrupt_signal() -> Iterator[asyncio.Event]:
     finally:
         for number in installed:
             loop.remove_signal_handler(number)
+        _install_sigterm()
+
+
+# --- run ---------------------------------------------------------------------------------
+
+
+def _read_api_key(provider: Provider, args: argparse.Namespace) -> str:
+    """The key from the provider's variable (or `--api-key-env`), checked before any
+    request; then removed from the environment so that no child process inherits it."""
+    from .credentials import api_key_problem
+
+    variable = args.api_key_env or provider.key_variable
+    key = os.environ.get(variable)
+    if key is None or key == "":
+        raise UsageError(f"{variable} is not set; no request was made")
+    problem = api_key_problem(key)
+    if problem is not None:
+        raise UsageError(f"{variable}: {problem}; no request was made")
+    _SECRETS.append(key)
+    os.environ.pop(variable, None)
+    _protect_process_memory()
+    return key
+
+
+def _protect_process_memory() -> None:
+    """Linux: make this process non-dumpable, so that code it runs as the same user (the
+    model-edited tests) cannot read the key from `/proc/<ppid>/environ` or its memory."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_dumpable = 4
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0)
+
+
+def _check_run_options(provider: Provider, args: argparse.Namespace) -> None:
+    flags = {
+        "continuation": "--continuation",
+        "encrypted_reasoning": "--encrypted-reasoning",
+        "thinking_budget": "--thinking-budget",
+    }
+    for option, flag in flags.items():
+        if getattr(args, option) is not None and option not in provider.options:
+            raise UsageError(f"{flag} is not available with --provider {provider.name}")
+    if args.recovery_budget is not None and not args.recover:
+        raise UsageError("--recovery-budget needs --recover")
+
+
+def _retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    from .retry import RetryPolicy
+
+    try:
+        return RetryPolicy.from_environment(
+            retry_unstarted=args.retry_unstarted,
+            attempts=args.retry_attempts,
+            base_delay=args.retry_base_delay,
+            max_delay=args.retry_max_delay,
+            jitter=args.retry_jitter,
+        )
+    except ValueError as exc:
+        raise UsageError(f"invalid retry policy: {exc}") from None
+
+
+async def _run_live(args: argparse.Namespace, provider: Provider, api_key: str) -> int:
+    from .client import StreamingModelClient
+    from .credentials import Redactor
+    from .events import UsageMeter, fan_out
+    from .fixture import create_fixture
+    from .providers.base import CodecOptions, TransportOptions
+    from .session import run_session
+
+    retry = _retry_policy(args)
+    redact = Redactor([api_key])
+    meter = UsageMeter()
+    display = _observer(args.json, redact)
+    observer = fan_out(meter, display)
+    reasoning = {None: None, "auto": None, "on": True, "off": False}[args.encrypted_reasoning]
+    codec = provider.make_codec(
+        CodecOptions(
+            args.model or provider.default_model,
+            max_output_tokens=args.max_output_tokens,
+            continuation=args.continuation or "stateless",
+            encrypted_reasoning=reasoning,
+            thinking_budget=args.thinking_budget,
+        )
+    )
+    transport = provider.make_transport(
+        TransportOptions(
+            api_key=api_key,
+            base_url=args.base_url,
+            read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
+        )
+    )
+    client = StreamingModelClient(
+        codec,
+        transport,
+        observer=observer,
+        retry=retry,
+        idle_timeout=args.idle_timeout,
+        deadline=args.deadline,
+        redactor=redact,
+    )
+    with (
+        _temporary_directory("lockgate-run-") as parent,
+        _interrupt_signal() as interrupted,
+    ):
+        try:
+            outcome = await run_session(
+                create_fixture(Path(parent)),
+                client,
+                allow_execution=args.allow_execution,
+                max_turns=args.max_turns,
+                observer=observer,
+                interrupt=interrupted.wait,
+                recovery_budget=(args.recovery_budget or 2) if args.recover else 0,
+            )
+        finally:
+            await client.aclose()
+        _print_outcome(outcome, meter.total if meter.reported else None, display, redact)
+    if outcome.outcome == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
+
+
+@contextlib.contextmanager
+def _temporary_directory(prefix: str) -> Iterator[str]:
+    try:
+        context = tempfile.TemporaryDirectory(prefix=prefix)
+    except (OSError, FileNotFoundError) as exc:
+        raise UsageError(
+            f"no writable temporary directory ({exc.strerror or exc}); set TMPDIR"
+        ) from None
+    with context as path:
+        yield path
+
+
+# --- lab ---------------------------------------------------------------------------------
 
 
 def _lab_table(results: Sequence[LabResult], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(title="lockgate lab")
-    for column in ("scenario", "transport", "expected", "observed"):
+    for column in ("scenario", "provider", "transport", "expected", "observed"):
         table.add_column(column)
     for column in ("tools executed", "stream closed", "opening attempts", "server requests"):
         table.add_column(column, justify="right")
@@ -318,6 +514,7 @@ def _lab_table(results: Sequence[LabResult], out: TextIO) -> None:
         server = result.server
         table.add_row(
             result.scenario.name,
+            result.provider,
             result.transport,
             result.scenario.expect.outcome,
             result.observed,
@@ -328,144 +525,207 @@ def _lab_table(results: Sequence[LabResult], out: TextIO) -> None:
             str(server.closed_early) if server else "-",
             "ok" if result.as_expected else "NOT AS EXPECTED: " + "; ".join(result.problems),
         )
-    Console(file=out, width=200, highlight=False).print(table)
+    # On a terminal, fit its width; into a file or a pipe, never wrap.
+    width = None if out.isatty() else 1000
+    Console(file=out, width=width, highlight=False, soft_wrap=False).print(table)
 
 
-def _lab_json(result: LabResult) -> None:
-    """One JSON line per lab run, with the same columns as the table."""
+def _lab_record(result: LabResult) -> dict[str, Any]:
+    """One JSON record per lab run, with the same columns as the table."""
     server = result.server
-    JsonLinesDisplay(sys.stdout).emit(
-        {
-            "event": "lab_run",
-            "scenario": result.scenario.name,
-            "transport": result.transport,
-            "expected": result.scenario.expect.outcome,
-            "observed": result.observed,
-            "tools_executed": result.tools_executed,
-            "stream_closed": result.streams_closed,
-            "opening_attempts": result.attempts,
-            "server_requests": server.requests if server else None,
-            "client_closed_early": server.closed_early if server else None,
-            "as_expected": result.as_expected,
-            "problems": result.problems,
-        }
-    )
-
-
-def _lab_runs(scenarios: Sequence[Scenario], transport: str) -> list[tuple[Scenario, LabTransport]]:
-    wanted: tuple[LabTransport, ...] = (
-        ("inprocess", "http") if transport == "both" else (cast(LabTransport, transport),)
-    )
-    return [(s, kind) for s in scenarios for kind in wanted if kind in s.transports]
+    return {
+        "event": "lab_run",
+        "scenario": result.scenario.name,
+        "provider": result.provider,
+        "transport": result.transport,
+        "expected": result.scenario.expect.outcome,
+        "observed": result.observed,
+        "tools_executed": result.tools_executed,
+        "stream_closed": result.streams_closed,
+        "opening_attempts": result.attempts,
+        "server_requests": server.requests if server else None,
+        "client_closed_early": server.closed_early if server else None,
+        "as_expected": result.as_expected,
+        "problems": result.problems,
+    }
 
 
 async def _run_lab(args: argparse.Namespace) -> int:
+    from .credentials import Redactor
+    from .display import JsonLinesDisplay
+    from .lab.runner import lab_runs, run_scenario
+    from .lab.scenarios import SCENARIOS_BY_NAME
+    from .session import SessionOutcome
+
+    providers = _provider_names() if args.provider == "all" else [args.provider]
     if args.scenario is None:
-        results = [await run_scenario(s, kind) for s, kind in _lab_runs(SCENARIOS, args.transport)]
+        runs = lab_runs(None, providers, args.transport)
+        results = []
+        progress = sys.stderr.isatty() and not args.json
+        for number, (scenario, provider, kind) in enumerate(runs, start=1):
+            if progress:
+                label = f"{number}/{len(runs)} {scenario.name} ({provider}, {kind})"
+                sys.stderr.write(f"\r\x1b[2Klab: {label}")
+                sys.stderr.flush()
+            results.append(await run_scenario(scenario, kind, provider=provider))
+        if progress:
+            sys.stderr.write("\r\x1b[2K")
         failed = [result for result in results if not result.as_expected]
         if args.json:
+            lines = JsonLinesDisplay(sys.stdout)
             for result in results:
-                _lab_json(result)
+                lines.emit(_lab_record(result))
         else:
             _lab_table(results, sys.stdout)
             print(f"{len(results) - len(failed)} of {len(results)} runs behaved as expected")
         return EXIT_OK if not failed else EXIT_FAILED
-    scenario = SCENARIOS_BY_NAME[args.scenario]
-    runs = _lab_runs([scenario], args.transport)
+    chosen = SCENARIOS_BY_NAME.get(args.scenario)
+    if chosen is None:
+        raise UsageError(f"unknown scenario {args.scenario!r} (see lockgate lab --help)")
+    scenario = chosen
+    runs = lab_runs(scenario, providers, args.transport)
     if not runs:
-        print(f"lockgate: scenario {scenario.name} runs only over http", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(
+            f"scenario {scenario.name} does not run on {args.provider} over {args.transport}"
+        )
     redact = Redactor()
     code = EXIT_OK
-    for _, kind in runs:
-        print(f"== {scenario.name} ({kind}) ==", file=sys.stderr)
-        result = await run_scenario(scenario, kind, _observer(args.json, redact))
+    for _, provider, kind in runs:
+        print(f"== {scenario.name} ({provider}, {kind}) ==", file=sys.stderr)
+        display = _observer(args.json, redact)
+        result = await run_scenario(scenario, kind, display, provider=provider)
         _print_outcome(
             SessionOutcome(
                 result.observed, result.stopped, result.tools_executed, result.final_source
             ),
             result.usage,
-            args.json,
+            display,
             redact,
         )
+        if isinstance(display, JsonLinesDisplay):
+            display.emit(_lab_record(result))
         if result.as_expected:
-            print(f"scenario {scenario.name} ({kind}): as expected", file=sys.stderr)
+            print(f"scenario {scenario.name} ({provider}, {kind}): as expected", file=sys.stderr)
         else:
             problems = "; ".join(result.problems)
             print(
-                f"scenario {scenario.name} ({kind}): NOT AS EXPECTED: {problems}", file=sys.stderr
+                f"scenario {scenario.name} ({provider}, {kind}): NOT AS EXPECTED: {problems}",
+                file=sys.stderr,
             )
             code = EXIT_FAILED
     return code
 
 
+# --- serve -------------------------------------------------------------------------------
+
+
 async def _serve(args: argparse.Namespace) -> int:
+    from .lab.scenarios import SCENARIOS_BY_NAME
+    from .lab.script import MAX_SCRIPT_BYTES, ScriptError, load_script
+    from .lab.server import serve_script
+
     if args.script is not None:
         try:
-            turns = load_script(args.script.read_text(encoding="utf-8"))
+            with args.script.open("rb") as handle:
+                raw = handle.read(MAX_SCRIPT_BYTES + 1)
         except OSError as exc:
-            print(f"lockgate: cannot read script {args.script}: {exc.strerror}", file=sys.stderr)
-            return EXIT_USAGE
+            raise UsageError(f"cannot read script {args.script}: {exc.strerror}") from None
+        if len(raw) > MAX_SCRIPT_BYTES:
+            raise UsageError(f"script {args.script} is larger than {MAX_SCRIPT_BYTES} bytes")
+        try:
+            turns = load_script(raw.decode("utf-8"))
         except (ScriptError, UnicodeDecodeError) as exc:
-            print(f"lockgate: invalid script {args.script}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            raise UsageError(f"invalid script {args.script}: {exc}") from None
         name = str(args.script)
     else:
-        turns = SCENARIOS_BY_NAME[args.scenario].turns()
+        scenario = SCENARIOS_BY_NAME.get(args.scenario)
+        if scenario is None:
+            raise UsageError(f"unknown scenario {args.scenario!r} (see lockgate lab --help)")
+        turns = scenario.turns()
         name = args.scenario
-    try:
-        context = serve_script(turns, args.host, args.port)
-        server = await context.__aenter__()
-    except OSError as exc:
-        print(
-            f"lockgate: cannot listen on {args.host}:{args.port}: {exc.strerror}", file=sys.stderr
-        )
-        return EXIT_USAGE
-    try:
-        print(f"serving {name} ({len(turns)} turns) at {server.base_url}", flush=True)
-        with _interrupt_signal() as stop:
-            await stop.wait()
-    finally:
-        await context.__aexit__(None, None, None)
+    with _interrupt_signal() as interrupted:
+        try:
+            context = serve_script(turns, args.host, args.port)
+            server = await context.__aenter__()
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+        try:
+            # The stop signal is already handled: a signal right after this line stops
+            # the server cleanly (exit 0).
+            print(f"serving {name} ({len(turns)} turns) at {server.base_url}", flush=True)
+            await interrupted.wait()
+        finally:
+            await context.__aexit__(None, None, None)
     print(f"lockgate serve: stopped after {len(server.requests)} requests", file=sys.stderr)
     return EXIT_OK
 
 
+# --- entry -------------------------------------------------------------------------------
+
+
+def _raise_interrupted(number: int, frame: object) -> None:
+    raise Interrupted(number)
+
+
+def _install_sigterm() -> None:
+    """SIGTERM interrupts like Ctrl-C (cleanups run) outside a running session."""
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        signal.signal(signal.SIGTERM, _raise_interrupted)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        from .providers import provider as registry_entry
+
+        provider = registry_entry(args.provider)
+        _check_run_options(provider, args)
+        _retry_policy(args)  # a bad policy is a usage error before the key is read
+        api_key = _read_api_key(provider, args)
+        return asyncio.run(_run_live(args, provider, api_key))
+    if args.command == "serve":
+        return asyncio.run(_serve(args))
+    return asyncio.run(_run_lab(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    secrets: list[str] = []
+    """The console entry point: every outcome is an exit code and at most one line on
+    stderr, never a traceback."""
+    _install_sigterm()
     try:
-        if args.command == "run":
-            api_key = os.environ.get("OPENAI_API_KEY", "").strip()
-            if not api_key:
-                print("lockgate: OPENAI_API_KEY is not set; no request was made", file=sys.stderr)
-                return EXIT_USAGE
-            secrets.append(api_key)
-            try:
-                retry = RetryPolicy.from_environment(
-                    attempts=args.retry_attempts,
-                    base_delay=args.retry_base_delay,
-                    max_delay=args.retry_max_delay,
-                    jitter=args.retry_jitter,
-                )
-            except ValueError as exc:
-                print(f"lockgate: invalid retry policy: {exc}", file=sys.stderr)
-                return EXIT_USAGE
-            return asyncio.run(_run_live(args, api_key, retry))
-        if args.command == "serve":
-            return asyncio.run(_serve(args))
-        return asyncio.run(_run_lab(args))
-    except KeyboardInterrupt:
-        print("stopped: interrupted", file=sys.stderr)
+        if sys.stdout is None or sys.stderr is None:
+            if sys.stderr is not None:
+                print("lockgate: standard output is not open", file=sys.stderr)
+            return EXIT_OUTPUT
+        args = build_parser().parse_args(argv)
+        return _run_command(args)
+    except UsageError as exc:
+        print(f"lockgate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (KeyboardInterrupt, Interrupted):
+        with contextlib.suppress(Exception):
+            print("stopped: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except OSError as exc:  # e.g. stdout on a full disk
+        with contextlib.suppress(Exception):
+            print(f"lockgate: I/O error: {exc.strerror or type(exc).__name__}", file=sys.stderr)
+        return EXIT_OUTPUT
     except Exception as exc:  # a last line of defence: one line, never a traceback
-        message = Redactor(secrets)(f"lockgate: internal error: {type(exc).__name__}: {exc}")
-        print(message.splitlines()[0] if message else "lockgate: internal error", file=sys.stderr)
-        return EXIT_FAILED
+        return _internal_error(exc)
+
+
+def _internal_error(exc: Exception) -> int:
+    with contextlib.suppress(Exception):
+        from .credentials import Redactor
+        from .display import visible
+
+        text = Redactor(_SECRETS)(f"lockgate: internal error: {type(exc).__name__}: {exc}")
+        print(visible(text.splitlines()[0], multiline=False), file=sys.stderr)
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -10,9 +10,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 StopReason = Literal["model_finished", "model_refused", "turn_limit"]
@@ -216,6 +213,9 @@ class ToolSpec:
             )
         if not isinstance(self.parameters, Mapping):
             raise ValueError(f"tool {self.name}: parameters must be a JSON-Schema object")
+        from jsonschema import Draft202012Validator  # imported when the first tool is made
+        from jsonschema.exceptions import SchemaError
+
         try:
             Draft202012Validator.check_schema(dict(self.parameters))
         except SchemaError as exc:

@@ -46,6 +46,7 @@ __all__ = [
     "JsonLinesDisplay",
     "Redactor",
     "event_record",
+    "model_block",
     "visible",
 ]
 
@@ -104,6 +105,14 @@ def _indent(text: str, at_line_start: bool) -> tuple[str, bool]:
             pieces.append(line)
             at_line_start = False
     return "".join(pieces), at_line_start
+
+
+def model_block(text: str) -> str:
+    """A whole block of model-controlled text (a final file, an answer) as printed: control
+    characters visible and every line indented, so it cannot pass for lockgate's lines.
+    Redact it first."""
+    block, _ = _indent(visible(text, multiline=True), True)
+    return block
 
 
 class _ProgressThrottle:

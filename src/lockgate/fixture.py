@@ -163,7 +163,12 @@ class FixtureTools:
         count = text.count(old)
         if count != 1:
             raise ToolError(f"old text occurs {count} times in {path}; it must occur exactly once")
-        _write_atomically(target, text.replace(old, new, 1))
+        replaced = text.replace(old, new, 1)
+        try:
+            encoded = replaced.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolError("the new text cannot be encoded as UTF-8 (a lone surrogate)") from None
+        _write_atomically(target, encoded)
         return f"edited {path}: replaced {len(old)} characters with {len(new)}"
 
     async def test(self) -> str:
@@ -201,11 +206,15 @@ class FixtureTools:
         return f"exit status {process.returncode}\n{text}"
 
 
-def _write_atomically(target: Path, text: str) -> None:
+def _write_atomically(target: Path, data: bytes) -> None:
+    """Write to a temporary file beside the target, keep the target's permission bits, then
+    replace it in one step: never a half-written file."""
+    mode = target.stat().st_mode & 0o7777
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=".edit-", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.chmod(temporary, mode)
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)

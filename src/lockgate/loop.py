@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .client import ModelClient
-from .conversation import Message, RunResult, ToolSpec, Usage
+from .conversation import Message, RunResult, StopReason, ToolSpec, Usage
 from .errors import ResponseFailure
 from .events import Observer, Recovering, RunStopped, ToolFinished, ToolStarted, ignore_event
 from .tools import ToolError, ToolExecutor
@@ -28,6 +28,10 @@ async def run_agent(
     guarantees that). Calls execute in order; an expected tool failure becomes an
     `error: …` observation carrying its call id. Provider failures propagate
     (`ResponseFailure`); the caller reports them as `provider_failure`.
+
+    A paused response (Anthropic `pause_turn`) enters history and is sent back as it is on
+    the next turn, within `max_turns`; nothing runs locally. A refusal stops the run with
+    `model_refused`.
 
     Recovery contracts (`recovery_budget` > 0): a completed response whose batch failed
     validation, or a response cut off by the output limit with buffered calls, enters
@@ -71,9 +75,12 @@ async def run_agent(
             continue
         consecutive = 0
         history.append(message)
+        if message.paused:
+            continue  # the provider paused its own work: send it back as it is, next turn
         if not message.tool_calls:
-            observer(RunStopped("model_finished"))
-            return RunResult(tuple(history), "model_finished", _usage(history))
+            stop: StopReason = "model_refused" if message.refusal else "model_finished"
+            observer(RunStopped(stop, message.refusal))
+            return RunResult(tuple(history), stop, _usage(history))
         for call in message.tool_calls:
             observer(ToolStarted(call))
             try:

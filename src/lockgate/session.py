@@ -19,7 +19,7 @@ from .loop import run_agent
 class SessionOutcome:
     """How a session ended. `stopped` is the CLI's stop line after `stopped: `."""
 
-    outcome: str  # model_finished | turn_limit | interrupted | a failure kind
+    outcome: str  # model_finished | model_refused | turn_limit | interrupted | a failure kind
     stopped: str
     executed_tools: int
     final_source: str
@@ -65,7 +65,10 @@ async def run_session(
         try:
             result = await run
             outcome = stopped = result.stop_reason
-            answer = result.history[-1].content if result.stop_reason == "model_finished" else ""
+            last = result.history[-1]
+            answer = last.content if result.stop_reason != "turn_limit" else ""
+            if result.stop_reason == "model_refused":
+                stopped = f"model_refused ({last.refusal})"
         except ResponseFailure as failure:
             outcome = failure.kind
             stopped = f"provider_failure ({failure})"

@@ -6,23 +6,22 @@ from __future__ import annotations
 import contextlib
 import random
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ..client import StreamingModelClient
 from ..conversation import Usage
 from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
 from ..providers.base import ProviderCodec, TransportOptions
-from ..providers.openai.transport import OpenAITransport
 from ..providers.responses.codec import ResponsesCodec
 from ..session import run_session
 from ..transport import Transport
 from .custom import CustomCodec
 from .replay import InstrumentedTransport, ReplayTransport
-from .scenarios import FIXED_SOURCE, LabOptions, Observation, Scenario
+from .scenarios import FIXED_SOURCE, SCENARIOS, LabOptions, Observation, Scenario
 from .script import Turn
 from .server import serve_script
 
@@ -44,6 +43,7 @@ class ServerView:
 @dataclass(frozen=True, slots=True)
 class LabResult:
     scenario: Scenario
+    provider: str
     transport: LabTransport
     observed: str
     stopped: str
@@ -54,7 +54,7 @@ class LabResult:
     final_answer: str
     server: ServerView | None = None
     check_problems: tuple[str, ...] = ()
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = None  # None: no response reported usage
 
     @property
     def problems(self) -> list[str]:
@@ -112,6 +112,8 @@ async def _wiring(turns: list[Turn], kind: LabTransport) -> AsyncIterator[_Wirin
 
         yield _Wiring(replay, replay.paused.wait, no_server, lambda: list(replay.requests))
         return
+    from ..providers.openai.transport import OpenAITransport  # the SDK: only over HTTP
+
     async with serve_script(turns) as server:
         transport = OpenAITransport(
             TransportOptions(
@@ -147,8 +149,31 @@ def _codec(options: LabOptions) -> ProviderCodec:
     )
 
 
+def lab_runs(
+    scenario: Scenario | None, providers: Sequence[str], transport: str
+) -> list[tuple[Scenario, str, LabTransport]]:
+    """The (scenario, provider, transport) runs asked for: every scenario (or the one
+    named) on every asked provider it applies to, over every asked transport it supports."""
+    wanted: tuple[LabTransport, ...] = (
+        ("inprocess", "http") if transport == "both" else (cast(LabTransport, transport),)
+    )
+    scenarios = SCENARIOS if scenario is None else (scenario,)
+    return [
+        (s, provider, kind)
+        for s in scenarios
+        for provider in providers
+        if provider == "responses"
+        for kind in wanted
+        if kind in s.transports
+    ]
+
+
 async def run_scenario(
-    scenario: Scenario, transport: LabTransport = "inprocess", observer: Observer = ignore_event
+    scenario: Scenario,
+    transport: LabTransport = "inprocess",
+    observer: Observer = ignore_event,
+    *,
+    provider: str = "responses",
 ) -> LabResult:
     """Run one scenario on a fresh fixture, with execution allowed; opening delays are
     recorded, not slept (the attempt sequence and the requested waits are what matter)."""
@@ -192,6 +217,7 @@ async def run_scenario(
         check_problems = (f"check could not read the run: {type(exc).__name__}: {exc}",)
     return LabResult(
         scenario=scenario,
+        provider=provider,
         transport=transport,
         observed=outcome.outcome,
         stopped=outcome.stopped,
@@ -202,5 +228,5 @@ async def run_scenario(
         final_answer=outcome.final_answer,
         server=server,
         check_problems=check_problems,
-        usage=meter.total,
+        usage=meter.total if meter.reported else None,
     )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
+MAX_SCRIPT_BYTES = 16 * 1024 * 1024
 GIANT_CHUNK_BYTES = 64 * 1024
 
 Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
