@@ -22,14 +22,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
-import httpx
+import httpx2 as httpx
 import openai
 
 from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import ResponseBuilder, sse_bytes
 from lockgate.providers.responses.codec import ResponsesCodec
+from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
 
 CHUNK_BYTES = 16 * 1024
 TEXT_DELTAS = 20_000

@@ -19,8 +19,9 @@ import subprocess
 import sys
 
 from lockgate.lab.scenarios import EDIT_FIX
-from lockgate.lab.script import Faults, ResponseBuilder
+from lockgate.lab.script import Faults
 from lockgate.lab.server import ServerThread
+from lockgate.providers.responses.lab import ResponseBuilder
 
 KEY = "sk-benchmark-not-a-secret"
 

@@ -14,11 +14,12 @@ from typing import Any
 from lockgate.client import StreamingModelClient
 from lockgate.events import Event
 from lockgate.lab.replay import ReplayTransport
-from lockgate.lab.script import ResponseBuilder, Turn
+from lockgate.lab.script import Turn
 from lockgate.lab.server import ServerThread
 from lockgate.providers.base import TransportOptions
 from lockgate.providers.openai.transport import OpenAITransport
 from lockgate.providers.responses.codec import ResponsesCodec
+from lockgate.providers.responses.lab import ResponseBuilder
 
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
 

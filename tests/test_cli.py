@@ -10,7 +10,7 @@ import pytest
 
 from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, repair_turns
-from lockgate.lab.script import ResponseBuilder
+from lockgate.providers.responses.lab import ResponseBuilder
 
 from .helpers import EDIT, ServerThread, ends_with_file_and_usage, run_lockgate
 

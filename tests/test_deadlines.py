@@ -11,9 +11,10 @@ from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import Faults, ResponseBuilder, Turn
+from lockgate.lab.script import Faults, Turn
 from lockgate.lab.server import serve_script
 from lockgate.providers.responses.codec import ResponsesCodec
+from lockgate.providers.responses.lab import ResponseBuilder
 
 from .helpers import EDIT, replay_client, responses_transport
 

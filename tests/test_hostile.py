@@ -19,7 +19,8 @@ import pytest
 
 from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import EDIT_FIX, cancellation_turns
-from lockgate.lab.script import Faults, ResponseBuilder, Turn
+from lockgate.lab.script import Faults, Turn
+from lockgate.providers.responses.lab import ResponseBuilder
 
 from .helpers import ServerThread, ends_with_file_and_usage
 

@@ -6,13 +6,8 @@ import pytest
 
 from lockgate.fixture import CALCULATOR
 from lockgate.lab.runner import LabTransport, run_scenario
-from lockgate.lab.scenarios import (
-    FIXED_SOURCE,
-    SCENARIOS,
-    SCENARIOS_BY_NAME,
-    Expectation,
-    Scenario,
-)
+from lockgate.lab.scenario import Expectation, Scenario
+from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, SCENARIOS_BY_NAME
 
 REQUIRED_HTTP = {
     "reset-mid-stream",

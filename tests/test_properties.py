@@ -20,8 +20,9 @@ from jsonschema import Draft202012Validator
 from lockgate.conversation import CallPart, Message, NativeItem, ToolCall
 from lockgate.errors import ResponseFailure
 from lockgate.fixture import ALL_TOOLS, FIXTURE_FILES
-from lockgate.lab.script import Faults, ResponseBuilder, Turn
+from lockgate.lab.script import Faults, Turn
 from lockgate.loop import run_agent
+from lockgate.providers.responses.lab import ResponseBuilder
 from lockgate.tools import ToolError
 
 from .helpers import replay_client

@@ -1,4 +1,4 @@
-"""The real `openai` SDK decoding HTTP SSE served by httpx.MockTransport (no network)."""
+"""The real `openai` SDK decoding HTTP SSE served by httpx2.MockTransport (no network)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,17 @@ import json
 import random
 from collections.abc import AsyncIterator, Callable
 
-import httpx
+import httpx2
 import pytest
 
 from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import ResponseBuilder, fragments, sse_bytes
+from lockgate.lab.script import fragments
 from lockgate.providers.openai.transport import OpenAITransport
 from lockgate.providers.responses.codec import ResponsesCodec
+from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
 
 from .helpers import EDIT, Recorder, responses_transport
 
@@ -23,7 +24,7 @@ FAKE_KEY = "sk-test-MOCKTRANSPORT-0123456789"
 HISTORY = [Message("user", "fix it")]
 
 
-class ChunkedBody(httpx.AsyncByteStream):
+class ChunkedBody(httpx2.AsyncByteStream):
     def __init__(self, chunks: list[bytes], fail_after: int | None = None) -> None:
         self.chunks = chunks
         self.fail_after = fail_after
@@ -32,7 +33,7 @@ class ChunkedBody(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for index, chunk in enumerate(self.chunks):
             if index == self.fail_after:
-                raise httpx.ReadError("connection reset by peer")
+                raise httpx2.ReadError("connection reset by peer")
             yield chunk
 
     async def aclose(self) -> None:
@@ -55,11 +56,12 @@ def edit_body(crlf: bool = False) -> list[bytes]:
 
 
 def make_client(
-    handler: Callable[[httpx.Request], httpx.Response], recorder: Recorder | None = None
+    handler: Callable[[httpx2.Request], httpx2.Response], recorder: Recorder | None = None
 ) -> tuple[StreamingModelClient, OpenAITransport]:
-    http_client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     transport = responses_transport(
-        api_key=FAKE_KEY, base_url="http://provider.test/v1", http_client=http_client
+        api_key=FAKE_KEY,
+        base_url="http://provider.test/v1",
+        http_transport=httpx2.MockTransport(handler),
     )
     recorder = recorder or Recorder()
     client = StreamingModelClient(
@@ -74,14 +76,14 @@ def make_client(
 
 @pytest.mark.parametrize("crlf", [False, True])
 async def test_sdk_raw_stream_is_decoded_and_gated(crlf: bool) -> None:
-    requests: list[httpx.Request] = []
+    requests: list[httpx2.Request] = []
     bodies: list[ChunkedBody] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         requests.append(request)
         body = ChunkedBody(edit_body(crlf))
         bodies.append(body)
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
 
     client, transport = make_client(handler)
     decision = await client.complete(HISTORY, ALL_TOOLS)
@@ -106,10 +108,10 @@ async def test_sdk_raw_stream_is_decoded_and_gated(crlf: bool) -> None:
 async def test_opening_status_classification(status: int, attempts: int) -> None:
     calls = 0
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
-        return httpx.Response(
+        return httpx2.Response(
             status, json={"error": {"message": f"status {status}", "code": "some_code"}}
         )
 
@@ -128,12 +130,12 @@ async def test_opening_status_classification(status: int, attempts: int) -> None
 async def test_connection_errors_while_opening_are_retried() -> None:
     calls = 0
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
         if calls < 3:
-            raise httpx.ConnectError("connection refused")
-        return httpx.Response(
+            raise httpx2.ConnectError("connection refused")
+        return httpx2.Response(
             200, headers={"content-type": "text/event-stream"}, stream=ChunkedBody(edit_body())
         )
 
@@ -148,10 +150,10 @@ async def test_read_error_mid_stream_fails_without_retry() -> None:
     calls = 0
     body = ChunkedBody(edit_body(), fail_after=5)
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: httpx2.Request) -> httpx2.Response:
         nonlocal calls
         calls += 1
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
 
     client, transport = make_client(handler)
     with pytest.raises(ResponseFailure) as caught:
@@ -163,8 +165,8 @@ async def test_read_error_mid_stream_fails_without_retry() -> None:
 
 
 async def test_done_sentinel_from_a_gateway_is_tolerated() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(
             200,
             headers={"content-type": "text/event-stream"},
             stream=ChunkedBody([*edit_body(), b"data: [DONE]\n\n"]),

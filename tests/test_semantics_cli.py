@@ -17,13 +17,13 @@ from lockgate.fixture import ALL_TOOLS, CALCULATOR
 from lockgate.lab.scenarios import (
     FIXED_SOURCE,
     USAGE_PER_TURN,
-    reasoning_replay_turns,
     recover_malformed_turns,
     usage_turns,
 )
-from lockgate.lab.script import ResponseBuilder, Turn
+from lockgate.lab.script import Turn
 from lockgate.lab.server import serve_script
 from lockgate.providers.responses.codec import ResponsesCodec
+from lockgate.providers.responses.lab import ResponseBuilder, reasoning_replay_turns
 
 from .helpers import ServerThread, ends_with_file_and_usage, responses_transport, run_lockgate
 
@@ -150,7 +150,7 @@ def test_usage_line_and_json_figures() -> None:
         machine = lockgate("run", "--base-url", server.base_url, "--json")
     records = [json.loads(line) for line in machine.stdout.splitlines()]
     reported = [r["usage"] for r in records if r["event"] == "usage_reported"]
-    assert [u["total_tokens"] for u in reported] == [u["total_tokens"] for u in USAGE_PER_TURN]
+    assert [u["total_tokens"] for u in reported] == [u.total_tokens for u in USAGE_PER_TURN]
     assert records[-1]["event"] == "final"
     assert records[-1]["usage"] == {
         "input_tokens": 2600,

@@ -10,12 +10,13 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import openai
 import pytest
 
-from lockgate.lab.script import Faults, ResponseBuilder, ScriptError, Turn, load_script
+from lockgate.lab.script import Faults, ScriptError, Turn, load_script
 from lockgate.lab.server import serve_script
+from lockgate.providers.responses.lab import ResponseBuilder
 
 from .helpers import run_lockgate
 
@@ -30,7 +31,7 @@ def served_repair() -> Iterator[str]:
     )
     assert process.stdout is not None
     line = process.stdout.readline()
-    assert line.startswith("serving repair (7 turns) at http://127.0.0.1:")
+    assert line.startswith("serving repair (responses, 7 turns) at http://127.0.0.1:")
     try:
         yield line.strip().rsplit(" at ", 1)[1]
     finally:
@@ -122,7 +123,7 @@ def test_load_script_round_trips_every_fault() -> None:
                 ]
             }
         )
-    )
+    ).turns
     assert turns[0] == Turn(
         status=429, body={"error": {"code": "rate_limit_exceeded"}}, headers={"retry-after": "1"}
     )
@@ -140,7 +141,7 @@ def test_load_script_round_trips_every_fault() -> None:
 
 async def test_server_records_requests_without_the_credential() -> None:
     turn = ResponseBuilder("r").created().text("m", "hi").completed().turn()
-    async with serve_script([turn]) as server, httpx.AsyncClient() as client:
+    async with serve_script([turn]) as server, httpx2.AsyncClient() as client:
         response = await client.post(
             f"{server.base_url}/responses",
             json={"model": "m", "stream": True},
@@ -164,8 +165,8 @@ async def test_server_http_errors_carry_body_and_headers() -> None:
         body={"error": {"code": "rate_limit_exceeded"}},
         headers={"retry-after-ms": "400"},
     )
-    async with serve_script([turn]) as server, httpx.AsyncClient() as client:
-        response = await client.post(f"{server.base_url}/responses", json={})
+    async with serve_script([turn]) as server, httpx2.AsyncClient() as client:
+        response = await client.post(f"{server.base_url}/responses", json={"stream": True})
     assert response.status_code == 429
     assert response.headers["retry-after-ms"] == "400"
     assert response.json() == {"error": {"code": "rate_limit_exceeded"}}
@@ -174,15 +175,15 @@ async def test_server_http_errors_carry_body_and_headers() -> None:
 async def test_server_reset_and_dropped_connection_are_socket_errors() -> None:
     builder = ResponseBuilder("r").created().text("m", "some text here")
     turns = [Turn(connection_error=True), builder.turn(faults=Faults(reset_after=2))]
-    async with serve_script(turns) as server, httpx.AsyncClient() as client:
-        with pytest.raises(httpx.TransportError):
-            await client.post(f"{server.base_url}/responses", json={})
-        with pytest.raises(httpx.TransportError):
+    async with serve_script(turns) as server, httpx2.AsyncClient() as client:
+        with pytest.raises(httpx2.TransportError):
+            await client.post(f"{server.base_url}/responses", json={"stream": True})
+        with pytest.raises(httpx2.TransportError):
             await read_whole_stream(client, f"{server.base_url}/responses")
 
 
-async def read_whole_stream(client: httpx.AsyncClient, url: str) -> None:
-    async with client.stream("POST", url, json={}) as response:
+async def read_whole_stream(client: httpx2.AsyncClient, url: str) -> None:
+    async with client.stream("POST", url, json={"stream": True}) as response:
         async for _ in response.aiter_bytes():
             pass
 
@@ -191,8 +192,10 @@ async def test_server_notices_a_client_that_leaves_during_a_hang() -> None:
     turn = ResponseBuilder("r").created().turn(faults=Faults(end="hang"))
     async with serve_script([turn]) as server:
         async with (
-            httpx.AsyncClient() as client,
-            client.stream("POST", f"{server.base_url}/responses", json={}) as response,
+            httpx2.AsyncClient() as client,
+            client.stream(
+                "POST", f"{server.base_url}/responses", json={"stream": True}
+            ) as response,
         ):
             assert response.status_code == 200
             await asyncio.wait_for(server.paused.wait(), 5)
@@ -211,8 +214,8 @@ async def test_server_fragments_bytes_exactly_as_scripted() -> None:
     )
     async with (
         serve_script([turn]) as server,
-        httpx.AsyncClient() as client,
-        client.stream("POST", f"{server.base_url}/responses", json={}) as response,
+        httpx2.AsyncClient() as client,
+        client.stream("POST", f"{server.base_url}/responses", json={"stream": True}) as response,
     ):
         chunks = [chunk async for chunk in response.aiter_raw()]
     joined = b"".join(chunks)
@@ -224,7 +227,7 @@ async def test_server_fragments_bytes_exactly_as_scripted() -> None:
 def test_readme_script_example_is_a_valid_script() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     block = readme.split("```json\n", 1)[1].split("```", 1)[0]
-    turns = load_script(block)
+    turns = load_script(block).turns
     assert [turn.status for turn in turns] == [429, 200, 200]
     assert turns[1].connection_error
     assert turns[2].faults.line_ending == "crlf"

@@ -620,10 +620,12 @@ async def _run_lab(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    from .display import visible
     from .lab.scenarios import SCENARIOS_BY_NAME
     from .lab.script import MAX_SCRIPT_BYTES, ScriptError, load_script
     from .lab.server import serve_script
 
+    provider: str = args.provider or "responses"
     if args.script is not None:
         try:
             with args.script.open("rb") as handle:
@@ -633,26 +635,46 @@ async def _serve(args: argparse.Namespace) -> int:
         if len(raw) > MAX_SCRIPT_BYTES:
             raise UsageError(f"script {args.script} is larger than {MAX_SCRIPT_BYTES} bytes")
         try:
-            turns = load_script(raw.decode("utf-8"))
+            script = load_script(raw.decode("utf-8"))
         except (ScriptError, UnicodeDecodeError) as exc:
             raise UsageError(f"invalid script {args.script}: {exc}") from None
+        if script.provider is not None:
+            if script.provider not in _provider_names():
+                raise UsageError(
+                    f"invalid script {args.script}: unknown provider {script.provider!r}"
+                )
+            if args.provider is not None and args.provider != script.provider:
+                raise UsageError(
+                    f"the script speaks {script.provider}, not --provider {args.provider}"
+                )
+            provider = script.provider
+        turns = script.turns
         name = str(args.script)
     else:
         scenario = SCENARIOS_BY_NAME.get(args.scenario)
         if scenario is None:
             raise UsageError(f"unknown scenario {args.scenario!r} (see lockgate lab --help)")
+        if not scenario.runs_on(provider):
+            raise UsageError(f"scenario {scenario.name} does not run on {provider}")
         turns = scenario.turns()
         name = args.scenario
+
+    def log(line: str) -> None:
+        print(f"lockgate serve: {visible(line, multiline=False)}", file=sys.stderr, flush=True)
+
     with _interrupt_signal() as interrupted:
         try:
-            context = serve_script(turns, args.host, args.port)
+            context = serve_script(turns, args.host, args.port, provider=provider, log=log)
             server = await context.__aenter__()
         except OSError as exc:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
         try:
             # The stop signal is already handled: a signal right after this line stops
             # the server cleanly (exit 0).
-            print(f"serving {name} ({len(turns)} turns) at {server.base_url}", flush=True)
+            print(
+                f"serving {name} ({provider}, {len(turns)} turns) at {server.base_url}",
+                flush=True,
+            )
             await interrupted.wait()
         finally:
             await context.__aexit__(None, None, None)

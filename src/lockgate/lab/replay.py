@@ -11,19 +11,20 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import OpenFailure, StreamInterrupted
-from ..providers.openai.errors import classify_openai_failure
 from ..transport import ByteStream, Transport
+from .protocol import LabProtocol
 from .script import Hang, Pause, Reset, Turn, body_actions
 
 
 class ScriptedStream:
-    def __init__(self, turn: Turn, paused: asyncio.Event) -> None:
+    def __init__(self, turn: Turn, protocol: LabProtocol, paused: asyncio.Event) -> None:
         self._turn = turn
+        self._protocol = protocol
         self._paused = paused
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for action in body_actions(self._turn):
+        for action in body_actions(self._turn, self._protocol):
             if isinstance(action, bytes):
                 await asyncio.sleep(0)  # a real stream yields to the loop between reads
                 yield action
@@ -80,9 +81,16 @@ class TrackedStream:
 
 
 class ReplayTransport:
-    """Serves one scripted turn per `open`; the script running out fails the opening."""
+    """Serves one scripted turn per `open`, rendered in `provider`'s protocol and its
+    failed openings classified by that provider's rules; the script running out fails the
+    opening."""
 
-    def __init__(self, turns: Sequence[Turn]) -> None:
+    def __init__(self, turns: Sequence[Turn], provider: str = "responses") -> None:
+        from ..providers import provider as registry_entry
+
+        entry = registry_entry(provider)
+        self.protocol = entry.lab()
+        self._classify = entry.classify_error
         self._turns = list(turns)
         self.requests: list[Mapping[str, Any]] = []
         self.streams: list[ScriptedStream] = []
@@ -96,9 +104,11 @@ class ReplayTransport:
         await asyncio.sleep(0)
         if turn.connection_error:
             raise OpenFailure("connection failed: simulated connection reset", retryable=True)
-        if turn.status != 200:
-            raise classify_openai_failure(turn.status, turn.body, turn.headers)
-        stream = ScriptedStream(turn, self.paused)
+        error = turn.opening_error(self.protocol)
+        if error is not None:
+            status, body, headers = error
+            raise self._classify(status, body, headers)
+        stream = ScriptedStream(turn, self.protocol, self.paused)
         self.streams.append(stream)
         return stream
 

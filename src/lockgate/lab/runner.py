@@ -15,13 +15,16 @@ from ..client import StreamingModelClient
 from ..conversation import Usage
 from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
-from ..providers.base import ProviderCodec, TransportOptions
-from ..providers.responses.codec import ResponsesCodec
+from ..providers import provider as registry_entry
+from ..providers.base import CodecOptions, Provider, ProviderCodec, TransportOptions
+from ..retry import RetryPolicy
 from ..session import run_session
 from ..transport import Transport
 from .custom import CustomCodec
+from .protocol import LabProtocol
 from .replay import InstrumentedTransport, ReplayTransport
-from .scenarios import FIXED_SOURCE, SCENARIOS, LabOptions, Observation, Scenario
+from .scenario import FIXED_SOURCE, LabOptions, Observation, Scenario
+from .scenarios import SCENARIOS
 from .script import Turn
 from .server import serve_script
 
@@ -36,8 +39,9 @@ LAB_DEADLINE_SECONDS = 30.0
 class ServerView:
     """What the loopback server saw (HTTP runs only)."""
 
-    requests: int
+    requests: int  # to the protocol's path
     closed_early: int
+    stray: tuple[str, ...] = ()  # requests to any other method or path
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,8 @@ class LabResult:
                 problems.append(
                     f"server saw {self.server.requests} requests for {self.attempts} attempts"
                 )
+            if self.server.stray:
+                problems.append(f"requests to other paths: {', '.join(self.server.stray)}")
             if expect.closed_early is not None and self.server.closed_early != expect.closed_early:
                 problems.append(
                     f"client closed early on {self.server.closed_early} streams, "
@@ -97,55 +103,64 @@ class LabResult:
 @dataclass(frozen=True, slots=True)
 class _Wiring:
     transport: Transport
+    protocol: LabProtocol
     interrupt: Callable[[], Awaitable[object]]
     server_view: Callable[[], Awaitable[ServerView | None]]
     requests: Callable[[], list[Mapping[str, Any]]]
 
 
 @contextlib.asynccontextmanager
-async def _wiring(turns: list[Turn], kind: LabTransport) -> AsyncIterator[_Wiring]:
+async def _wiring(
+    turns: list[Turn], kind: LabTransport, provider: Provider
+) -> AsyncIterator[_Wiring]:
     if kind == "inprocess":
-        replay = ReplayTransport(turns)
+        replay = ReplayTransport(turns, provider.name)
 
         async def no_server() -> None:
             return None
 
-        yield _Wiring(replay, replay.paused.wait, no_server, lambda: list(replay.requests))
+        yield _Wiring(
+            replay, replay.protocol, replay.paused.wait, no_server, lambda: list(replay.requests)
+        )
         return
-    from ..providers.openai.transport import OpenAITransport  # the SDK: only over HTTP
-
-    async with serve_script(turns) as server:
-        transport = OpenAITransport(
+    async with serve_script(turns, provider=provider.name) as server:
+        transport = provider.make_transport(  # the SDK: imported only over HTTP
             TransportOptions(
                 api_key=LAB_API_KEY,
                 base_url=server.base_url,
                 timeout=10.0,
                 read_timeout=LAB_IDLE_TIMEOUT_SECONDS + 5,
                 trust_env=False,
-            ),
-            "responses",
+            )
         )
 
         async def view() -> ServerView:
             await server.settle()
             closed_early = sum(request.client_closed_early for request in server.requests)
-            return ServerView(len(server.requests), closed_early)
+            stray = [f"{r.method} {r.path}" for r in server.stray_requests]
+            return ServerView(len(server.requests) - len(stray), closed_early, tuple(stray))
 
         yield _Wiring(
             transport,
+            server.protocol,
             server.paused.wait,
             view,
-            lambda: [r.body for r in server.requests if isinstance(r.body, dict)],
+            lambda: [
+                r.body for r in server.requests if r.consumed_turn and isinstance(r.body, dict)
+            ],
         )
 
 
-def _codec(options: LabOptions) -> ProviderCodec:
-    if options.provider == "custom":
+def _codec(options: LabOptions, provider: Provider) -> ProviderCodec:
+    if options.custom:
         return CustomCodec(options.model)
-    return ResponsesCodec(
-        options.model,
-        continuation=options.continuation,
-        encrypted_reasoning=options.encrypted_reasoning,
+    return provider.make_codec(
+        CodecOptions(
+            options.model,
+            continuation=options.continuation,
+            encrypted_reasoning=options.encrypted_reasoning,
+            thinking_budget=options.thinking_budget,
+        )
     )
 
 
@@ -162,7 +177,7 @@ def lab_runs(
         (s, provider, kind)
         for s in scenarios
         for provider in providers
-        if provider == "responses"
+        if s.runs_on(provider)
         for kind in wanted
         if kind in s.transports
     ]
@@ -184,12 +199,14 @@ async def run_scenario(
 
     meter = UsageMeter()
     turns = scenario.turns()
-    async with _wiring(turns, transport) as wiring:
+    entry = registry_entry(provider)
+    async with _wiring(turns, transport, entry) as wiring:
         instrumented = InstrumentedTransport(wiring.transport, turns)
         client = StreamingModelClient(
-            _codec(scenario.options),
+            _codec(scenario.options, entry),
             instrumented,
             observer=fan_out(meter, observer),
+            retry=RetryPolicy(retry_unstarted=scenario.options.retry_unstarted),
             sleep=skip_wall_time,
             rng=random.Random(0),
             idle_timeout=LAB_IDLE_TIMEOUT_SECONDS,
@@ -210,7 +227,13 @@ async def run_scenario(
                 await instrumented.aclose()
         server = await wiring.server_view()
         requests = wiring.requests()
-    observation = Observation(tuple(requests), tuple(delays), meter.total, outcome.stopped)
+    observation = Observation(
+        tuple(requests),
+        tuple(delays),
+        meter.total if meter.reported else None,
+        outcome.stopped,
+        wiring.protocol,
+    )
     try:
         check_problems = tuple(scenario.check(observation))
     except (IndexError, KeyError, TypeError, ValueError) as exc:

@@ -1,30 +1,57 @@
 """Scripted provider turns: what a (mis)behaving provider does for each request.
 
 A script is a list of turns, one per request the client makes. A turn either fails the
-opening (an HTTP status with a body and headers, or a dropped connection) or streams native
-events shaped by `Faults`. `body_actions` turns a streaming turn into bytes and socket
-actions; the in-process replay and the loopback HTTP server both play exactly those, so the
-two transports see the same bytes.
+opening (an HTTP status with a body and headers, or a dropped connection) or streams a reply
+— a neutral `Reply` that the protocol renders, or native events — shaped by `Faults`.
+`body_actions` turns a streaming turn into bytes and socket actions; the in-process replay
+and the loopback HTTP server both play exactly those, so the two transports see the same
+bytes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
-MAX_SCRIPT_BYTES = 16 * 1024 * 1024
-GIANT_CHUNK_BYTES = 64 * 1024
+from ..jsonlimits import too_deep
+from .protocol import Frame, LabProtocol
+from .reply import (
+    Call,
+    OpeningError,
+    ProviderTool,
+    Refuse,
+    Reply,
+    ReplyUsage,
+    Say,
+    Think,
+    split,
+)
 
-Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
+DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
+GIANT_CHUNK_BYTES = 64 * 1024
+MAX_SCRIPT_BYTES = 16 * 1024 * 1024
+MAX_SCRIPT_DEPTH = 32
+MAX_FRAGMENT_BYTES = 1024 * 1024
+MAX_STALL_SECONDS = 3600.0
+MAX_DRIP_MS = 10_000
+MAX_GIANT_FRAME_BYTES = 16 * 1024**3
+
+
+def _whole(value: object, name: str, minimum: int = 0, maximum: int | None = None) -> None:
+    if type(value) is not int:
+        raise ValueError(f"{name} must be a whole number")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f" and at most {maximum}" if maximum is not None else ""
+        raise ValueError(f"{name} must be at least {minimum}{bound}")
 
 
 @dataclass(frozen=True, slots=True)
 class Faults:
     """How a streaming turn misbehaves. Event counts are 1-based (`after 2` = after the
-    second event)."""
+    second event). Every value is checked when the turn is made."""
 
     reset_after: int | None = None  # connection reset (RST) after N events
     stall_after: int | None = None  # no bytes for `stall_seconds` after N events
@@ -35,7 +62,7 @@ class Faults:
     fragment_sizes: tuple[int, ...] = DEFAULT_FRAGMENTS  # byte boundaries, cycled
     line_ending: Literal["lf", "crlf", "cr"] = "lf"
     keepalive_every: int | None = None  # a `: keep-alive` comment every N events
-    done_sentinel: bool = False  # a trailing `data: [DONE]`
+    done_sentinel: bool = False  # a trailing `data: [DONE]` (as Responses gateways send)
     end: Literal["eof", "hang"] = "eof"  # after everything: end the body, or go silent
     close_fails: bool = False  # client side (lab only): closing this stream raises
 
@@ -46,23 +73,32 @@ class Faults:
             raise ValueError("line_ending must be 'lf', 'crlf' or 'cr'")
         if self.endless not in {None, "text", "unknown"}:
             raise ValueError("endless must be 'text' or 'unknown'")
-        if not self.fragment_sizes or min(self.fragment_sizes) < 1:
-            raise ValueError("fragment_sizes must be positive byte counts")
-        for name in (
-            "reset_after",
-            "stall_after",
-            "drip_ms",
-            "giant_frame_bytes",
-            "keepalive_every",
-        ):
+        if type(self.fragment_sizes) is not tuple or not self.fragment_sizes:
+            raise ValueError("fragment_sizes must be a non-empty list of byte counts")
+        for size in self.fragment_sizes:
+            _whole(size, "each fragment size", 1, MAX_FRAGMENT_BYTES)
+        for name in ("reset_after", "stall_after", "keepalive_every"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must not be negative")
+            if value is not None:
+                _whole(value, name, 1 if name == "keepalive_every" else 0)
+        if self.drip_ms is not None:
+            _whole(self.drip_ms, "drip_ms", 0, MAX_DRIP_MS)
+        if self.giant_frame_bytes is not None:
+            _whole(self.giant_frame_bytes, "giant_frame_bytes", 1, MAX_GIANT_FRAME_BYTES)
+        stall = self.stall_seconds
+        if type(stall) not in (int, float) or not math.isfinite(stall):
+            raise ValueError("stall_seconds must be a number of seconds")
+        if not 0 <= stall <= MAX_STALL_SECONDS:
+            raise ValueError(f"stall_seconds must be between 0 and {MAX_STALL_SECONDS:g}")
+        for name in ("done_sentinel", "close_fails"):
+            if type(getattr(self, name)) is not bool:
+                raise ValueError(f"{name} must be true or false")
 
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One request's scripted answer."""
+    """One request's scripted answer: a reply (rendered by the protocol) or native events
+    to stream, or an opening failure (`status` with `body`, or `connection_error`)."""
 
     events: tuple[Frame, ...] = ()
     status: int = 200
@@ -70,6 +106,35 @@ class Turn:
     headers: Mapping[str, str] = field(default_factory=dict)
     connection_error: bool = False
     faults: Faults = field(default_factory=Faults)
+    reply: Reply | None = None
+    error: OpeningError | None = None  # a neutral opening error (the protocol writes it)
+
+    def opening_error(
+        self, protocol: LabProtocol
+    ) -> tuple[int, Mapping[str, Any], dict[str, str]] | None:
+        """(status, native body, headers) when this turn fails the opening with a status."""
+        headers = dict(self.headers)
+        if self.error is not None:
+            if self.error.reset_seconds is not None:
+                headers.update(protocol.reset_headers(self.error.reset_seconds))
+            return self.error.status, protocol.error_body(self.error), headers
+        if self.status != 200:
+            return self.status, self.body or {}, headers
+        return None
+
+    def stream_events(self, protocol: LabProtocol) -> list[Frame]:
+        """The native events this turn streams in `protocol`."""
+        if self.reply is not None:
+            return protocol.events(self.reply)
+        return list(self.events)
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A loaded script: the protocol it speaks (None: the server's choice) and its turns."""
+
+    provider: str | None
+    turns: list[Turn]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +153,6 @@ class Hang:
 
 
 Action = bytes | Pause | Reset | Hang
-
-
-def sse_bytes(event: Frame) -> bytes:
-    """One native event as an SSE frame (`event:` line, `data:` line, blank line)."""
-    if "raw" in event and "type" not in event:
-        return str(event["raw"]).encode()
-    data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
 
 
 def fragments(payload: bytes, sizes: Sequence[int] = DEFAULT_FRAGMENTS) -> Iterator[bytes]:
@@ -117,7 +174,7 @@ def _line_ends(payload: bytes, style: str) -> bytes:
     return payload
 
 
-def body_actions(turn: Turn) -> Iterator[Action]:
+def body_actions(turn: Turn, protocol: LabProtocol) -> Iterator[Action]:
     """The bytes and socket actions of a streaming turn's body, in order."""
     faults = turn.faults
     drip = Pause(faults.drip_ms / 1000) if faults.drip_ms else None
@@ -128,8 +185,8 @@ def body_actions(turn: Turn) -> Iterator[Action]:
             if drip is not None:
                 yield drip
 
-    for number, event in enumerate(turn.events, start=1):
-        yield from send(sse_bytes(event))
+    for number, event in enumerate(turn.stream_events(protocol), start=1):
+        yield from send(protocol.frame(event))
         if faults.keepalive_every and number % faults.keepalive_every == 0:
             yield from send(b": keep-alive\n\n")
         if faults.reset_after == number:
@@ -145,12 +202,9 @@ def body_actions(turn: Turn) -> Iterator[Action]:
             yield block[: min(remaining, GIANT_CHUNK_BYTES)]
             remaining -= GIANT_CHUNK_BYTES
     if faults.endless is not None:
-        unit = (
-            {"type": "response.output_text.delta", "item_id": "msg_endless", "delta": "more "}
-            if faults.endless == "text"
-            else {"type": "response.future_event", "note": "unknown events are progress"}
+        frame = _line_ends(
+            protocol.frame(protocol.endless_event(faults.endless)), faults.line_ending
         )
-        frame = _line_ends(sse_bytes(unit), faults.line_ending)
         batch = frame * max(1, GIANT_CHUNK_BYTES // len(frame))
         while True:
             yield batch
@@ -160,28 +214,52 @@ def body_actions(turn: Turn) -> Iterator[Action]:
         yield Hang()
 
 
+# --- the JSON script format ----------------------------------------------------------------
+
+
 class ScriptError(ValueError):
     """A script file that is not a valid list of turns."""
 
 
-def load_script(text: str) -> list[Turn]:
-    """Parse the JSON script format: `{"turns": [turn, ...]}` or a bare list of turns.
+def load_script(text: str) -> Script:
+    """Parse the JSON script format: `{"provider": "chat", "turns": [turn, ...]}` (or a bare
+    list of turns). Every value is checked here, so a script that loads plays.
 
     A turn is `{"status": 429, "body": {...}, "headers": {...}}`, `{"connection_error":
-    true}`, or `{"events": [event | {"raw": "..."}, ...], "faults": {...}}`.
+    true}`, `{"events": [event | {"raw": "..."}, ...], "faults": {...}}` or `{"reply":
+    {"id", "text", "reasoning", "refusal", "calls": [{"id", "name", "arguments", "cut"}],
+    "ending", "usage"}, "faults": {...}}`.
     """
     try:
         document = json.loads(text)
+    except RecursionError:
+        raise ScriptError("nested too deeply") from None
     except ValueError as exc:
         raise ScriptError(f"not valid JSON: {exc}") from None
-    raw_turns = document.get("turns") if isinstance(document, dict) else document
+    if too_deep(document, MAX_SCRIPT_DEPTH):
+        raise ScriptError(f"nested deeper than {MAX_SCRIPT_DEPTH} levels")
+    provider: str | None = None
+    if isinstance(document, dict):
+        unknown = set(document) - {"provider", "turns"}
+        if unknown:
+            raise ScriptError(f"unknown keys {sorted(unknown)}")
+        raw_provider = document.get("provider")
+        if raw_provider is not None and not isinstance(raw_provider, str):
+            raise ScriptError("provider must be a string")
+        provider = raw_provider
+        raw_turns = document.get("turns")
+    else:
+        raw_turns = document
     if not isinstance(raw_turns, list) or not raw_turns:
         raise ScriptError('expected a non-empty list of turns (or {"turns": [...]})')
-    return [_turn(number, raw) for number, raw in enumerate(raw_turns, start=1)]
+    return Script(provider, [_turn(number, raw) for number, raw in enumerate(raw_turns, 1)])
 
 
-_TURN_KEYS = {"events", "status", "body", "headers", "connection_error", "faults"}
-_FAULT_KEYS = {f.name for f in fields(Faults)}
+_TURN_KEYS = {"events", "status", "body", "headers", "connection_error", "faults", "reply"}
+_FAULT_KEYS = {f.name for f in fields(Faults)} - {"close_fails"}  # close_fails: lab only
+_REPLY_KEYS = {"id", "text", "reasoning", "refusal", "calls", "ending", "usage", "model"}
+_CALL_KEYS = {"id", "name", "arguments", "cut"}
+_ENDINGS = ("complete", "truncated", "error", "failed", "paused", "open")
 
 
 def _turn(number: int, raw: object) -> Turn:
@@ -198,280 +276,116 @@ def _turn(number: int, raw: object) -> Turn:
     ):
         raise ScriptError(f"{where}: events must be objects with a string 'type' or 'raw'")
     status = raw.get("status", 200)
-    if not isinstance(status, int) or not 200 <= status <= 599:
-        raise ScriptError(f"{where}: status must be an HTTP status code")
+    if type(status) is not int or not 200 <= status <= 599:
+        raise ScriptError(f"{where}: status must be an HTTP status code (200-599)")
     headers = raw.get("headers", {})
-    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-        raise ScriptError(f"{where}: headers must map names to strings")
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and _header_safe(k) and isinstance(v, str) and _header_safe(v)
+        for k, v in headers.items()
+    ):
+        raise ScriptError(f"{where}: headers must map names to strings without line breaks")
     body = raw.get("body")
     if body is not None and not isinstance(body, dict):
         raise ScriptError(f"{where}: body must be an object")
+    connection_error = raw.get("connection_error", False)
+    if type(connection_error) is not bool:
+        raise ScriptError(f"{where}: connection_error must be true or false")
     fault_spec = raw.get("faults", {})
     if not isinstance(fault_spec, dict) or set(fault_spec) - _FAULT_KEYS:
         raise ScriptError(f"{where}: faults must be an object with keys from {sorted(_FAULT_KEYS)}")
     if "fragment_sizes" in fault_spec:
-        fault_spec = {**fault_spec, "fragment_sizes": tuple(fault_spec["fragment_sizes"])}
+        sizes = fault_spec["fragment_sizes"]
+        if not isinstance(sizes, list):
+            raise ScriptError(f"{where}: faults: fragment_sizes must be a list of byte counts")
+        fault_spec = {**fault_spec, "fragment_sizes": tuple(sizes)}
     try:
         faults = Faults(**fault_spec)
     except (TypeError, ValueError) as exc:
         raise ScriptError(f"{where}: faults: {exc}") from None
+    reply = _reply(where, raw["reply"]) if "reply" in raw else None
+    if reply is not None and events:
+        raise ScriptError(f"{where}: give either events or a reply, not both")
     return Turn(
         events=tuple(events),
         status=status,
         body=body,
         headers=headers,
-        connection_error=bool(raw.get("connection_error", False)),
+        connection_error=connection_error,
         faults=faults,
+        reply=reply,
     )
 
 
-class ResponseBuilder:
-    """Authors a realistic Responses event stream: sequence numbers, item ids, content
-    parts, argument fragments and per-item `.done` events, as the live API sends them."""
+def _header_safe(text: str) -> bool:
+    return text.isascii() and not any(c in text for c in "\r\n\x00")
 
-    def __init__(self, response_id: str, model: str = "gpt-4.1-mini") -> None:
-        self.response_id = response_id
-        self.model = model
-        self.events: list[dict[str, Any]] = []
-        self.output: list[dict[str, Any]] = []
 
-    def _emit(self, event: dict[str, Any]) -> ResponseBuilder:
-        event["sequence_number"] = len(self.events)
-        self.events.append(event)
-        return self
+def _text_field(where: str, spec: Mapping[str, Any], name: str) -> str:
+    value = spec.get(name, "")
+    if not isinstance(value, str):
+        raise ScriptError(f"{where}: reply {name} must be a string")
+    return value
 
-    def _response(self, status: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "id": self.response_id,
-            "object": "response",
-            "model": self.model,
-            "status": status,
-            "output": list(self.output) if status != "in_progress" else [],
-            **extra,
-        }
 
-    def created(self, response_id: str | None = None) -> ResponseBuilder:
-        response = self._response("in_progress")
-        if response_id is not None:
-            response["id"] = response_id
-        self._emit({"type": "response.created", "response": response})
-        return self._emit(
-            {"type": "response.in_progress", "response": self._response("in_progress")}
-        )
-
-    def text(self, item_id: str, text: str, pieces: int = 4) -> ResponseBuilder:
-        index = len(self.output)
-        self._emit(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {
-                    "id": item_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "status": "in_progress",
-                    "content": [],
-                },
-            }
-        )
-        part = {"type": "output_text", "text": "", "annotations": []}
-        self._emit(
-            {
-                "type": "response.content_part.added",
-                "item_id": item_id,
-                "output_index": index,
-                "content_index": 0,
-                "part": part,
-            }
-        )
-        for piece in _split(text, pieces):
-            self._emit(
-                {
-                    "type": "response.output_text.delta",
-                    "item_id": item_id,
-                    "output_index": index,
-                    "content_index": 0,
-                    "delta": piece,
-                    "logprobs": [],
-                }
+def _reply(where: str, spec: object) -> Reply:
+    if not isinstance(spec, dict) or set(spec) - _REPLY_KEYS:
+        raise ScriptError(f"{where}: reply must be an object with keys from {sorted(_REPLY_KEYS)}")
+    response_id = _text_field(where, spec, "id") or f"resp_script_{where.split()[-1]}"
+    parts: list[Say | Think | Refuse | Call | ProviderTool] = []
+    if reasoning := _text_field(where, spec, "reasoning"):
+        parts.append(Think(reasoning))
+    if text := _text_field(where, spec, "text"):
+        parts.append(Say(text))
+    if refusal := _text_field(where, spec, "refusal"):
+        parts.append(Refuse(refusal))
+    calls = spec.get("calls", [])
+    if not isinstance(calls, list):
+        raise ScriptError(f"{where}: reply calls must be a list")
+    for index, call in enumerate(calls, 1):
+        if not isinstance(call, dict) or set(call) - _CALL_KEYS:
+            raise ScriptError(
+                f"{where}: call {index} must be an object with keys {sorted(_CALL_KEYS)}"
             )
-        self._emit(
-            {
-                "type": "response.output_text.done",
-                "item_id": item_id,
-                "output_index": index,
-                "content_index": 0,
-                "text": text,
-            }
-        )
-        done_part = {"type": "output_text", "text": text, "annotations": []}
-        self._emit(
-            {
-                "type": "response.content_part.done",
-                "item_id": item_id,
-                "output_index": index,
-                "content_index": 0,
-                "part": done_part,
-            }
-        )
-        item = {
-            "id": item_id,
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [done_part],
-        }
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def call(
-        self,
-        item_id: str,
-        call_id: str,
-        name: str,
-        arguments: str | Mapping[str, Any],
-        pieces: int = 5,
-        *,
-        finish: bool = True,
-    ) -> ResponseBuilder:
-        """A function call item; with `finish=False` the stream stops mid-arguments."""
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        index = len(self.output)
-        self._emit(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {
-                    "id": item_id,
-                    "type": "function_call",
-                    "status": "in_progress",
-                    "call_id": call_id,
-                    "name": name,
-                    "arguments": "",
-                },
-            }
-        )
-        for piece in _split(text, pieces):
-            self._emit(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": item_id,
-                    "output_index": index,
-                    "delta": piece,
-                }
-            )
-        if not finish:
-            return self
-        self._emit(
-            {
-                "type": "response.function_call_arguments.done",
-                "item_id": item_id,
-                "output_index": index,
-                "name": name,
-                "arguments": text,
-            }
-        )
-        item = {
-            "id": item_id,
-            "type": "function_call",
-            "status": "completed",
-            "call_id": call_id,
-            "name": name,
-            "arguments": text,
-        }
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def reasoning(self, item: dict[str, Any], pieces: int = 3) -> ResponseBuilder:
-        """A reasoning item: added (empty), its summary as deltas, then done (whole item)."""
-        index = len(self.output)
-        self._emit(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {"id": item["id"], "type": "reasoning", "summary": []},
-            }
-        )
-        for part_index, part in enumerate(item.get("summary", [])):
-            for piece in _split(str(part.get("text", "")), pieces):
-                self._emit(
-                    {
-                        "type": "response.reasoning_summary_text.delta",
-                        "item_id": item["id"],
-                        "output_index": index,
-                        "summary_index": part_index,
-                        "delta": piece,
-                    }
-                )
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def output_item(self, item: dict[str, Any]) -> ResponseBuilder:
-        """An output item of any other type (e.g. a built-in tool call), added and done at
-        once."""
-        index = len(self.output)
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": item})
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def completed(
-        self,
-        output: list[dict[str, Any]] | None = None,
-        response_id: str | None = None,
-        usage: dict[str, Any] | None = None,
-    ) -> ResponseBuilder:
-        response = self._response("completed", usage=usage or _usage(self.output))
-        if output is not None:
-            response["output"] = output
-        if response_id is not None:
-            response["id"] = response_id
-        return self._emit({"type": "response.completed", "response": response})
-
-    def incomplete(self, reason: str = "max_output_tokens") -> ResponseBuilder:
-        response = self._response("incomplete", incomplete_details={"reason": reason})
-        return self._emit({"type": "response.incomplete", "response": response})
-
-    def failed(self, code: str, message: str) -> ResponseBuilder:
-        response = self._response("failed", error={"code": code, "message": message})
-        return self._emit({"type": "response.failed", "response": response})
-
-    def error(self, code: str, message: str, *, nested: bool = False) -> ResponseBuilder:
-        if nested:
-            body: dict[str, Any] = {
-                "error": {"type": "server_error", "code": code, "message": message, "param": None}
-            }
-        else:
-            body = {"code": code, "message": message, "param": None}
-        return self._emit({"type": "error", **body})
-
-    def raw(self, event: dict[str, Any]) -> ResponseBuilder:
-        return self._emit(dict(event))
-
-    def turn(self, faults: Faults | None = None, **options: Any) -> Turn:
-        return Turn(events=tuple(self.events), faults=faults or Faults(), **options)
+        name = call.get("name")
+        arguments = call.get("arguments", {})
+        if not isinstance(name, str) or not name:
+            raise ScriptError(f"{where}: call {index} needs a name")
+        if not isinstance(arguments, str | dict):
+            raise ScriptError(f"{where}: call {index} arguments must be an object or a string")
+        call_id = call.get("id", f"call_{index}")
+        cut = call.get("cut", False)
+        if not isinstance(call_id, str) or type(cut) is not bool:
+            raise ScriptError(f"{where}: call {index}: id must be a string and cut true/false")
+        parts.append(Call(call_id, name, arguments, cut=cut))
+    ending = spec.get("ending", "complete")
+    if ending not in _ENDINGS:
+        raise ScriptError(f"{where}: reply ending must be one of {', '.join(_ENDINGS)}")
+    usage = spec.get("usage", {})
+    if not isinstance(usage, dict) or not all(type(v) is int and v >= 0 for v in usage.values()):
+        raise ScriptError(f"{where}: reply usage must map token counts to whole numbers")
+    try:
+        reply_usage = ReplyUsage(**usage)
+    except TypeError:
+        raise ScriptError(f"{where}: reply usage keys must be from {_usage_keys()}") from None
+    model = _text_field(where, spec, "model") or "lab-model"
+    return Reply(response_id, tuple(parts), ending, reply_usage, model)
 
 
-def _split(text: str, pieces: int) -> list[str]:
-    if not text:
-        return []
-    size = max(1, -(-len(text) // max(1, pieces)))
-    return [text[i : i + size] for i in range(0, len(text), size)]
+def _usage_keys() -> list[str]:
+    return [f.name for f in fields(ReplyUsage)]
 
 
-def _usage(output: list[dict[str, Any]]) -> dict[str, Any]:
-    produced = sum(len(json.dumps(item)) for item in output) // 4
-    return {
-        "input_tokens": 320,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": produced,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 320 + produced,
-    }
+__all__ = [
+    "Action",
+    "Faults",
+    "Hang",
+    "Pause",
+    "Reset",
+    "Script",
+    "ScriptError",
+    "Turn",
+    "body_actions",
+    "fragments",
+    "load_script",
+    "split",
+]

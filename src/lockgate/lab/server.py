@@ -1,26 +1,33 @@
-"""`lockgate serve`: a scripted, fault-injecting OpenAI Responses provider on loopback.
+"""`lockgate serve`: a scripted, fault-injecting provider on loopback, in any protocol.
 
-HTTP/1.1 over asyncio streams. Each request gets the next scripted turn: an HTTP error with
-its body and headers, a dropped connection, or a chunked `text/event-stream` body whose
-faults are real at the byte and socket level (fragmentation inside UTF-8 characters, CRLF,
-keep-alives, stalls, slow drips, resets with RST, frames that never end). It records what
-each request carried (never the credential itself) and whether the client closed early.
+HTTP/1.1 over asyncio streams. Each POST to the protocol's path gets the next scripted turn:
+an HTTP error with its body and headers, a dropped connection, or a chunked
+`text/event-stream` body whose faults are real at the byte and socket level (fragmentation
+inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with RST, frames that
+never end). A request that does not ask for a stream gets the protocol's JSON response for
+the same reply. Any other method or path is answered 404/405, logged, and consumes no turn.
+A script that runs out answers 400 with `x-should-retry: false`, which no SDK retries. It
+records what each request carried (never the credential itself) and whether the client
+closed early.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import socket
 import struct
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from .protocol import LabProtocol
+from .reply import OpeningError
 from .script import Hang, Pause, Reset, Turn, body_actions
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -34,8 +41,9 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     received_at: float = field(default_factory=time.monotonic)  # when the request was read
-    outcome: str = ""  # what the server answered: stream, HTTP status, dropped
+    outcome: str = ""  # what the server answered: stream, json, HTTP status, dropped
     client_closed_early: bool = False
+    consumed_turn: bool = True  # False: not the protocol's POST path (404/405)
     # (monotonic time, what happened): "stall", "hang", "client closed", "finished"
     timeline: list[tuple[float, str]] = field(default_factory=list)
 
@@ -47,10 +55,19 @@ class ScriptedServer:
     host: str
     port: int
     turns: list[Turn]
+    protocol: LabProtocol
     requests: list[RecordedRequest] = field(default_factory=list)
     paused: asyncio.Event = field(default_factory=asyncio.Event)  # a stream went silent
     active: int = 0
+    answered: int = 0  # turns consumed
     _settled: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    log: Callable[[str], None] | None = None  # one line per request that consumes no turn
+
+    @property
+    def stray_requests(self) -> list[RecordedRequest]:
+        """Requests to another method or path than the protocol's (answered 404/405)."""
+        return [request for request in self.requests if not request.consumed_turn]
 
     async def settle(self) -> None:
         """Wait (up to 5 s) until no connection is being handled: the log is then final."""
@@ -62,16 +79,38 @@ class ScriptedServer:
 
     @property
     def base_url(self) -> str:
+        """The base URL a client of the protocol is given (as its SDK takes it)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
+        return self.protocol.base_url(f"http://{host}:{self.port}")
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.active += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         try:
             await self._handle(reader, writer)
+        except asyncio.CancelledError:
+            writer.transport.abort()  # shutting down: drop the connection quietly
         finally:
+            if task is not None:
+                self._tasks.discard(task)
             self.active -= 1
             self._settled.set()
+
+    def _stray(self, request: RecordedRequest) -> None:
+        if self.log is not None:
+            self.log(
+                f"{request.method} {request.path}: {request.outcome}; this server answers "
+                f"POST {self.protocol.path} (no turn consumed)"
+            )
+
+    async def shutdown(self) -> None:
+        """Stop every connection still being handled, quietly."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -80,17 +119,51 @@ class ScriptedServer:
                 await _send_json(writer, 400, {"error": {"message": "bad request"}}, {})
                 return
             self.requests.append(request)
+            if request.path.split("?", 1)[0] != self.protocol.path:
+                request.consumed_turn = False
+                request.outcome = "HTTP 404 (not this protocol's path)"
+                self._stray(request)
+                message = f"not found: this server answers POST {self.protocol.path}"
+                await _send_json(writer, 404, {"error": {"message": message}}, {})
+                return
+            if request.method != "POST":
+                request.consumed_turn = False
+                request.outcome = "HTTP 405 (not POST)"
+                self._stray(request)
+                message = f"method not allowed: this server answers POST {self.protocol.path}"
+                await _send_json(writer, 405, {"error": {"message": message}}, {"allow": "POST"})
+                return
             turn = self.turns.pop(0) if self.turns else None
             if turn is None:
-                request.outcome = "HTTP 500 (script exhausted)"
-                body = {"error": {"message": "script exhausted", "code": "script_exhausted"}}
-                await _send_json(writer, 500, body, {})
-            elif turn.connection_error:
+                request.outcome = "HTTP 400 (script exhausted)"
+                exhausted = OpeningError(
+                    400,
+                    "exhausted",
+                    f"the scripted server has no turn left for this request (it answered "
+                    f"{self.answered}); not retryable",
+                )
+                body = self.protocol.error_body(exhausted)
+                await _send_json(writer, 400, body, {"x-should-retry": "false"})
+                return
+            self.answered += 1
+            error = turn.opening_error(self.protocol)
+            if turn.connection_error:
                 request.outcome = "dropped"
                 _reset(writer)
-            elif turn.status != 200:
-                request.outcome = f"HTTP {turn.status}"
-                await _send_json(writer, turn.status, turn.body or {}, turn.headers)
+            elif error is not None:
+                status, error_body, error_headers = error
+                request.outcome = f"HTTP {status}"
+                await _send_json(writer, status, error_body, error_headers)
+            elif not self.protocol.is_streaming(request.body):
+                if turn.reply is None:
+                    request.outcome = "HTTP 400 (this turn only streams)"
+                    only = OpeningError(400, "exhausted", "this scripted turn only streams")
+                    await _send_json(writer, 400, self.protocol.error_body(only), {})
+                else:
+                    request.outcome = "json"
+                    await _send_json(
+                        writer, 200, self.protocol.completion(turn.reply), turn.headers
+                    )
             else:
                 request.outcome = "stream"
                 finished = await self._stream(reader, writer, turn, request.timeline)
@@ -120,7 +193,7 @@ class ScriptedServer:
         writer.write(head + b"\r\n")
         client_gone = asyncio.ensure_future(reader.read())  # EOF: the client closed
         try:
-            for action in body_actions(turn):
+            for action in body_actions(turn, self.protocol):
                 if client_gone.done():
                     return False
                 if isinstance(action, bytes):
@@ -181,7 +254,8 @@ async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest | None:
         return None
     raw = await reader.readexactly(length) if length else b""
     if "authorization" in headers:  # record that a credential came, never the credential
-        headers["authorization"] = headers["authorization"].split(" ", 1)[0] + " [redacted]"
+        scheme, space, _ = headers["authorization"].partition(" ")
+        headers["authorization"] = f"{scheme} [redacted]" if space else "[redacted]"
     for name in ("api-key", "x-api-key"):
         if name in headers:
             headers[name] = "[redacted]"
@@ -212,18 +286,42 @@ async def _send_json(
     await writer.drain()
 
 
+def check_loopback(host: str) -> str:
+    """`host` if it is a loopback address (`localhost` becomes 127.0.0.1); else ValueError."""
+    address = "127.0.0.1" if host == "localhost" else host
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(
+            f"{host!r} is not a loopback address; the scripted server listens only there"
+        )
+    return address
+
+
 @contextlib.asynccontextmanager
 async def serve_script(
-    turns: Sequence[Turn], host: str = "127.0.0.1", port: int = 0
+    turns: Sequence[Turn],
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    provider: str = "responses",
+    log: Callable[[str], None] | None = None,
 ) -> AsyncIterator[ScriptedServer]:
-    """Run a scripted server on loopback for the duration of the block."""
-    state = ScriptedServer(host, port, list(turns))
-    server = await asyncio.start_server(state.handle, host, port)
+    """Run a scripted server speaking `provider`'s protocol on loopback for the duration of
+    the block."""
+    from ..providers import provider as registry_entry
+
+    address = check_loopback(host)
+    state = ScriptedServer(address, port, list(turns), registry_entry(provider).lab(), log=log)
+    server = await asyncio.start_server(state.handle, address, port)
     state.port = server.sockets[0].getsockname()[1]
     try:
         yield state
     finally:
         server.close()
+        await state.shutdown()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 2)
 
@@ -238,7 +336,15 @@ class ServerThread:
             running.server.requests
     """
 
-    def __init__(self, turns: Sequence[Turn], host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        turns: Sequence[Turn],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        provider: str = "responses",
+    ) -> None:
+        check_loopback(host)
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -247,7 +353,7 @@ class ServerThread:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            async with serve_script(turns, host, port) as server:
+            async with serve_script(turns, host, port, provider=provider) as server:
                 self.server = server
                 self._ready.set()
                 await self._stop.wait()

@@ -20,8 +20,9 @@ from ..events import StreamEvent
 from ..sse import ServerSentEvent
 
 if TYPE_CHECKING:
-    import httpx
+    import httpx2
 
+    from ..lab.protocol import LabProtocol
     from ..transport import Transport
 
 
@@ -83,15 +84,25 @@ class TransportOptions:
     """What a transport is built from. `timeout` bounds connecting and sending;
     `read_timeout` is the SDK's per-read backstop (keep it above the client's idle
     timeout); `trust_env=False` ignores proxy variables (the lab's own loopback server);
-    `http_client` replaces the HTTP client (tests)."""
+    `backend`: the SDK's aiohttp-backed HTTP client (default, the faster) or its httpx one;
+    `http_transport` replaces the network (tests: an `httpx2.MockTransport`)."""
 
     api_key: str
     base_url: str | None = None
     timeout: float = 30.0
     read_timeout: float | None = None
     trust_env: bool = True
-    http_client: httpx.AsyncClient | None = None
-    backend: HttpBackend = "httpx"
+    backend: HttpBackend = "aiohttp"
+    http_transport: httpx2.AsyncBaseTransport | None = None
+
+    def __post_init__(self) -> None:
+        from ..http import check_timeout
+
+        check_timeout(self.timeout, "timeout")
+        if self.read_timeout is not None:
+            check_timeout(self.read_timeout, "read_timeout")
+        if self.backend not in ("aiohttp", "httpx"):
+            raise ValueError("backend must be 'aiohttp' or 'httpx'")
 
 
 ErrorClassifier = Callable[[int, object, Mapping[str, str]], OpenFailure]
@@ -111,4 +122,5 @@ class Provider:
     make_codec: Callable[[CodecOptions], ProviderCodec]
     make_transport: Callable[[TransportOptions], Transport]
     classify_error: ErrorClassifier
+    lab: Callable[[], LabProtocol]  # its lab renderer (imported when the lab runs)
     options: frozenset[str] = frozenset()  # CodecOptions fields beyond model it honours

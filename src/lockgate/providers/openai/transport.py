@@ -1,48 +1,75 @@
 """OpenAI transport through the official SDK, for the Responses and Chat Completions
 endpoints.
 
-The SDK owns connections, auth, base URL, headers, timeouts and HTTP status mapping, always
-with `max_retries=0`: lockgate's client is the one retry owner. The body is taken *raw*
-(`with_streaming_response`) and decoded by lockgate's bounded SSE decoder.
+The SDK owns connections, auth, base URL, default headers and HTTP status mapping, always
+with `max_retries=0`: lockgate's client is the one retry owner. The request body is sent as
+the codec built it (already-encoded JSON: none of the SDK's per-field request transform,
+which costs most of a second for a long history), and the response body is taken raw and
+decoded by lockgate's bounded SSE decoder. The HTTP client is `lockgate.http`'s: no
+redirects, capped error bodies, the aiohttp backend by default.
+
+Environment variables the SDK itself honours when lockgate does not set the value:
+`OPENAI_BASE_URL` (without `--base-url`), `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`, and the
+proxy variables (`HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY`, `NO_PROXY`).
+`OPENAI_CUSTOM_HEADERS` cannot replace the key: lockgate pins the `Authorization` header.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+import json
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal, cast
 
+import httpx2
 import openai
-from openai import AsyncOpenAI
 
-from ...credentials import Redactor
+from ...credentials import Redactor, api_key_problem
 from ...errors import OpenFailure, StreamInterrupted
+from ...http import bounded_client
 from ..base import TransportOptions
 from .errors import classify_openai_failure
 
 Endpoint = Literal["responses", "chat"]
+PATHS: dict[str, str] = {"responses": "/responses", "chat": "/chat/completions"}
 
 
-class _SDKByteStream:
-    """The raw body of one streaming response."""
+def encode_body(request: Mapping[str, Any]) -> bytes:
+    """The request as UTF-8 JSON. A lone surrogate (model output can carry one) becomes its
+    JSON escape instead of failing the encoding."""
+    text = json.dumps(request, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
 
-    def __init__(self, context: Any, response: Any) -> None:
-        self._context = context
+
+def describe(exc: BaseException) -> str:
+    """`Type: first line of the message` (for connection and stream errors)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class RawStream:
+    """The raw body of one streaming response (any SDK: an `httpx2.Response`)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: httpx2.Response) -> None:
         self._response = response
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._response.iter_bytes():
+            async for chunk in self._response.aiter_bytes():
                 yield chunk
         except Exception as exc:
-            raise StreamInterrupted(_describe(exc)) from None
+            raise StreamInterrupted(describe(exc)) from None
 
     async def aclose(self) -> None:
-        await self._context.__aexit__(None, None, None)
+        await self._response.aclose()
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+def check_key(api_key: str) -> None:
+    """A key that cannot travel in a header is refused before any request, without echo."""
+    problem = api_key_problem(api_key)
+    if problem is not None:
+        raise ValueError(f"api_key: {problem}")
 
 
 class OpenAITransport:
@@ -50,37 +77,50 @@ class OpenAITransport:
     SDK."""
 
     def __init__(self, options: TransportOptions, endpoint: Endpoint) -> None:
+        check_key(options.api_key)
         self.redactor = Redactor([options.api_key])
-        self._endpoint = endpoint
+        self._path = PATHS[endpoint]
         self._closed = False
-        self._client = AsyncOpenAI(
+        base = (
+            openai.DefaultAioHttpClient
+            if options.backend == "aiohttp" and options.http_transport is None
+            else openai.DefaultAsyncHttpxClient
+        )
+        read_timeout = options.read_timeout or options.timeout
+        self._client = openai.AsyncOpenAI(
             api_key=options.api_key,
             base_url=options.base_url,
             max_retries=0,
-            timeout=openai.Timeout(options.timeout, read=options.read_timeout or options.timeout),
-            # The SDK takes legacy httpx clients too (tests use httpx.MockTransport).
-            http_client=cast(Any, options.http_client),
+            timeout=httpx2.Timeout(options.timeout, read=read_timeout),
+            default_headers={"Authorization": f"Bearer {options.api_key}"},
+            http_client=bounded_client(
+                base,
+                timeout=options.timeout,
+                read_timeout=read_timeout,
+                trust_env=options.trust_env,
+                transport=options.http_transport,
+            ),
         )
 
-    async def open(self, request: Mapping[str, Any]) -> _SDKByteStream:
+    async def open(self, request: Mapping[str, Any]) -> RawStream:
         if self._closed:
             raise OpenFailure("the transport is closed; no request made", retryable=False)
-        resource: Any = (
-            self._client.responses
-            if self._endpoint == "responses"
-            else self._client.chat.completions
-        )
-        create = cast(Callable[..., Any], resource.with_streaming_response.create)
-        context = create(**request)
         try:
-            response = await context.__aenter__()
+            # With `cast_to=httpx2.Response` the SDK hands back the unread response.
+            response = await self._client.post(
+                self._path,
+                cast_to=httpx2.Response,
+                content=encode_body(request),
+                stream=True,
+                stream_cls=openai.AsyncStream[object],
+            )
         except openai.APIStatusError as exc:
             raise classify_openai_failure(exc.status_code, exc.body, exc.response.headers) from None
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
-            message = self.redactor(f"connection failed: {_describe(cause)}")
+            message = self.redactor(f"connection failed: {describe(cause)}")
             raise OpenFailure(message, retryable=True) from None
-        return _SDKByteStream(context, response)
+        return RawStream(cast(httpx2.Response, response))
 
     async def aclose(self) -> None:
         self._closed = True

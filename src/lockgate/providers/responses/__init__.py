@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...transport import Transport
 from ..base import CodecOptions, Provider, TransportOptions
 from ..openai.errors import classify_openai_failure
 from .codec import ResponsesCodec
+
+if TYPE_CHECKING:
+    from ...lab.protocol import LabProtocol
 
 
 def _codec(options: CodecOptions) -> ResponsesCodec:
@@ -18,6 +23,12 @@ def _transport(options: TransportOptions) -> Transport:
     return OpenAITransport(options, "responses")
 
 
+def _lab() -> LabProtocol:
+    from .lab import ResponsesLab
+
+    return ResponsesLab()
+
+
 PROVIDER = Provider(
     name="responses",
     title="OpenAI Responses",
@@ -27,5 +38,6 @@ PROVIDER = Provider(
     make_codec=_codec,
     make_transport=_transport,
     classify_error=classify_openai_failure,
+    lab=_lab,
     options=frozenset({"continuation", "encrypted_reasoning"}),
 )

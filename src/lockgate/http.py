@@ -1,0 +1,113 @@
+"""The HTTP client lockgate hands every official SDK.
+
+The SDKs own connections, auth, base URLs and status mapping; this module only decides how
+their HTTP client is built, the same way for every provider:
+
+- no redirects: a provider request (instructions, history, file contents) is never re-sent
+  to another origin;
+- error bodies are read under a cap, *decompressed* bytes counted: the SDKs read a non-2xx
+  body whole before raising, so a 1 GiB (or gzip-bombed) error body would otherwise be held
+  in memory; what fits is kept, so the JSON error of any real provider is classified as
+  before;
+- finite, positive timeouts only (a NaN timer never fires);
+- proxy variables honoured or ignored (`trust_env`; the lab's own loopback server ignores
+  them);
+- the aiohttp-backed client (the SDKs' `DefaultAioHttpClient`) or their httpx one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx2
+
+__all__ = [
+    "ERROR_BODY_CAP_BYTES",
+    "TRUNCATED_HEADER",
+    "bounded_client",
+    "check_timeout",
+]
+
+ERROR_BODY_CAP_BYTES = 64 * 1024
+TRUNCATED_HEADER = "x-lockgate-error-body-truncated"
+_BODY_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
+
+
+def check_timeout(value: float, name: str) -> float:
+    """A positive, finite number of seconds (ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number of seconds")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds")
+    return float(value)
+
+
+async def _capped(response: httpx2.Response, cap: int) -> httpx2.Response:
+    """The same response with at most `cap` decoded bytes of its body, already read; the
+    connection of the original is closed (its rest is never read)."""
+    kept = bytearray()
+    truncated = False
+    try:
+        async for piece in response.aiter_bytes():
+            kept += piece
+            if len(kept) > cap:
+                truncated = True
+                break
+    finally:
+        await response.aclose()
+    headers = httpx2.Headers(response.headers)
+    for name in _BODY_HEADERS:
+        headers.pop(name, None)
+    if truncated:
+        headers[TRUNCATED_HEADER] = str(cap)
+    return httpx2.Response(
+        response.status_code,
+        headers=headers,
+        content=bytes(kept[:cap]),
+        request=response.request,
+        extensions=response.extensions,
+    )
+
+
+class _BoundedErrorBodies:
+    """Mixed into an SDK's HTTP client class: every non-2xx response's body is capped
+    before the SDK reads it."""
+
+    error_body_cap = ERROR_BODY_CAP_BYTES
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        stream = kwargs.pop("stream", False)
+        response: httpx2.Response = await super().send(  # type: ignore[misc]
+            request, stream=True, **kwargs
+        )
+        if not response.is_success:
+            return await _capped(response, self.error_body_cap)
+        if not stream:
+            await response.aread()
+        return response
+
+
+def bounded_client(
+    base: type[httpx2.AsyncClient],
+    *,
+    timeout: float,
+    read_timeout: float,
+    trust_env: bool,
+    transport: httpx2.AsyncBaseTransport | None = None,
+) -> httpx2.AsyncClient:
+    """An instance of the SDK's client class `base` (its `DefaultAioHttpClient` or
+    `DefaultAsyncHttpxClient`, which carry the SDK's own connection limits) with the rules
+    of this module. `transport` replaces the network (tests)."""
+    check_timeout(timeout, "timeout")
+    check_timeout(read_timeout, "read timeout")
+    bounded = type(f"Bounded{base.__name__}", (_BoundedErrorBodies, base), {})
+    options: dict[str, Any] = {
+        "timeout": httpx2.Timeout(timeout, read=read_timeout),
+        "follow_redirects": False,
+        "trust_env": trust_env,
+    }
+    if transport is not None:
+        options["transport"] = transport
+    client: httpx2.AsyncClient = bounded(**options)
+    return client

@@ -1,0 +1,143 @@
+"""A scripted reply, described once and rendered by each protocol as its own native bytes.
+
+A `Reply` says what the model sends (text, reasoning, refusals, calls, provider-side tool
+work) and how the stream ends; each provider's lab renderer (`providers/<name>/lab.py`)
+turns it into that protocol's events, with the ids, indexes, fragments and terminal events
+the live API sends. Faults (`script.Faults`) then shape the bytes, the same for every
+protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True, slots=True)
+class Say:
+    """Answer text, streamed in `pieces` deltas."""
+
+    text: str
+    pieces: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Think:
+    """Reasoning, streamed in `pieces` deltas; `opaque` is the provider's sealed part
+    (Responses encrypted content, Anthropic signature), which must come back unchanged."""
+
+    text: str
+    opaque: str = "sealed-reasoning-do-not-touch"
+    pieces: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """A refusal, kept apart from answer text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A function call. `cut=True`: the stream stops inside its arguments (after about half
+    of them), and nothing of the reply after it is sent."""
+
+    call_id: str
+    name: str
+    arguments: str | Mapping[str, Any] = "{}"
+    pieces: int = 5
+    cut: bool = False
+
+    @property
+    def argument_text(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTool:
+    """Work the provider did itself (a web search): provider-side output, never a local
+    call. Protocols without such tools do not run scenarios that use it."""
+
+    query: str
+
+
+@dataclass(frozen=True, slots=True)
+class Broken:
+    """A text event whose JSON is cut off (a malformed frame)."""
+
+
+Part = Say | Think | Refuse | Call | ProviderTool | Broken
+
+# complete: the protocol's terminal success; truncated: cut by the output-token limit;
+# error: the provider's in-stream error event; failed: the response reported failed;
+# paused: the provider paused its own work (Anthropic pause_turn); open: no terminal event
+# at all (the faults decide how the body ends).
+Ending = Literal["complete", "truncated", "error", "failed", "paused", "open"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyUsage:
+    """Token usage in lockgate's terms (`conversation.Usage`); each protocol renders it in
+    its own (e.g. Anthropic's input excludes cached tokens)."""
+
+    input_tokens: int = 320
+    cached_input_tokens: int = 0
+    output_tokens: int = 40
+    reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    response_id: str
+    parts: tuple[Part, ...] = ()
+    ending: Ending = "complete"
+    usage: ReplyUsage | None = field(default_factory=ReplyUsage)
+    model: str = "lab-model"
+    error_code: str = "server_error"  # for `error` / `failed` endings
+    error_message: str = "The server had an error while processing your request."
+
+    @property
+    def calls(self) -> tuple[Call, ...]:
+        return tuple(part for part in self.parts if isinstance(part, Call))
+
+    @property
+    def sent_parts(self) -> tuple[Part, ...]:
+        """The parts actually sent: everything up to and including a cut call."""
+        sent: list[Part] = []
+        for part in self.parts:
+            sent.append(part)
+            if isinstance(part, Call) and part.cut:
+                break
+        return tuple(sent)
+
+
+def split(text: str, pieces: int) -> list[str]:
+    """`text` in about `pieces` consecutive pieces (none for empty text)."""
+    if not text:
+        return []
+    size = max(1, -(-len(text) // max(1, pieces)))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+ErrorKind = Literal[
+    "auth", "quota", "rate_limit", "overloaded", "server", "unavailable", "exhausted"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OpeningError:
+    """An HTTP error while opening, described neutrally; each protocol writes its own
+    error body (`code`/`type`) for the kind."""
+
+    status: int
+    kind: ErrorKind
+    message: str
+    reset_seconds: float | None = None  # the protocol's reset headers: requests exhausted

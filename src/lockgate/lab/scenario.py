@@ -1,0 +1,116 @@
+"""What a lab scenario is, and what a run of it must show."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..conversation import Usage
+from ..errors import FailureKind
+from .script import Turn
+
+if TYPE_CHECKING:
+    from .protocol import LabProtocol
+
+EDIT_FIX = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
+FIXED_SOURCE = "def add(a, b):\n    return a + b\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """What a scenario must show. `outcome` is `model_finished`, `model_refused`,
+    `turn_limit`, `interrupted` or a failure kind (a provider failure)."""
+
+    outcome: str
+    attempts: int
+    tools_executed: int
+    fixed: bool = False
+    answer: str | None = None  # the final assistant text, when it matters
+    closed_early: int | None = None  # over HTTP: streams the client left early (None: racy)
+
+    @property
+    def is_failure(self) -> bool:
+        return self.outcome not in {"model_finished", "model_refused", "turn_limit"}
+
+
+BOTH: frozenset[str] = frozenset({"inprocess", "http"})
+HTTP_ONLY: frozenset[str] = frozenset({"http"})
+
+
+@dataclass(frozen=True, slots=True)
+class LabOptions:
+    """How the client is configured for a scenario."""
+
+    model: str = "lab-model"
+    custom: bool = False  # a custom provider (normalized events on the wire), not a codec
+    continuation: Literal["stateless", "native"] = "stateless"
+    encrypted_reasoning: bool | None = None
+    thinking_budget: int | None = None
+    recovery_budget: int = 0  # 0: recovery off (stop on a rejected batch)
+    retry_unstarted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What a run showed beyond its outcome, for scenario-specific checks."""
+
+    requests: tuple[Mapping[str, Any], ...]  # request bodies, in order
+    delays: tuple[float, ...]  # opening delays requested (the lab does not sleep them)
+    usage: Usage | None  # summed over every response that reported usage
+    stopped: str
+    protocol: LabProtocol
+
+
+Check = Callable[[Observation], list[str]]
+
+
+def no_check(observation: Observation) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """`protocols`: the providers it runs on (None: every registered one)."""
+
+    name: str
+    summary: str
+    expect: Expectation
+    turns: Callable[[], list[Turn]]
+    transports: frozenset[str] = BOTH
+    options: LabOptions = LabOptions()
+    check: Check = no_check
+    protocols: frozenset[str] | None = None
+
+    def runs_on(self, provider: str) -> bool:
+        return self.protocols is None or provider in self.protocols
+
+
+def failure(kind: FailureKind | str, *, closed_early: int | None = None) -> Expectation:
+    """A failure expectation: one opening, nothing executed."""
+    return Expectation(str(kind), attempts=1, tools_executed=0, closed_early=closed_early)
+
+
+def answered(attempts: int = 1, answer: str | None = None) -> Expectation:
+    """A text answer after `attempts` openings, nothing executed."""
+    return Expectation(
+        "model_finished", attempts=attempts, tools_executed=0, answer=answer, closed_early=0
+    )
+
+
+def waited(expected: float, tolerance: float = 0.0) -> Check:
+    """The run waited once, `expected` seconds (within `tolerance`) before retrying."""
+
+    def check(observation: Observation) -> list[str]:
+        delays = observation.delays
+        if len(delays) == 1 and abs(delays[0] - expected) <= tolerance:
+            return []
+        return [f"waited {delays}, expected ({expected:g},)"]
+
+    return check
+
+
+def result_of(observation: Observation, request: int, call_id: str) -> str:
+    """The result request number `request` sends back for `call_id`, placed where the
+    protocol wants it (empty if absent or misplaced)."""
+    return observation.protocol.tool_result(observation.requests[request], call_id) or ""
