@@ -73,6 +73,9 @@ __all__ = [
 ]
 
 
+PROGRESS_STEP_CHARS = 256
+
+
 @dataclass(frozen=True, slots=True)
 class GateLimits:
     """Bounds on what one response may make lockgate retain."""
@@ -118,23 +121,47 @@ class InvalidBatch(ResponseFailure):
         )
 
 
+class _Text:
+    """Text that arrives in fragments, retained compactly: every 64 fragments are joined
+    into one block, so a stream of one-character deltas costs about its characters, not an
+    object per fragment."""
+
+    __slots__ = ("_blocks", "_pending", "chars")
+
+    def __init__(self, first: str = "") -> None:
+        self._blocks: list[str] = []
+        self._pending: list[str] = [first] if first else []
+        self.chars = len(first)
+
+    def append(self, text: str) -> None:
+        pending = self._pending
+        pending.append(text)
+        self.chars += len(text)
+        if len(pending) >= 64:
+            self._blocks.append("".join(pending))
+            pending.clear()
+
+    def value(self) -> str:
+        if self._pending:
+            self._blocks.append("".join(self._pending))
+            self._pending.clear()
+        if len(self._blocks) > 1:
+            self._blocks = ["".join(self._blocks)]
+        return self._blocks[0] if self._blocks else ""
+
+
 class _PendingCall:
-    __slots__ = ("call_id", "chars", "fragments", "key", "name")
+    __slots__ = ("arguments", "call_id", "key", "name", "shown")
 
     def __init__(self, key: str, call_id: str, name: str, arguments: str) -> None:
         self.key = key
         self.call_id = call_id
         self.name = name
-        self.fragments = [arguments] if arguments else []
-        self.chars = len(arguments)
-
-    def arguments(self) -> str:
-        joined = "".join(self.fragments)
-        self.fragments = [joined] if joined else []
-        return joined
+        self.arguments = _Text(arguments)
+        self.shown = 0  # argument characters last published as progress
 
     def output(self) -> OutputCall:
-        return OutputCall(self.key, self.call_id, self.name, self.arguments())
+        return OutputCall(self.key, self.call_id, self.name, self.arguments.value())
 
 
 def _pairable(calls: Sequence[OutputCall]) -> bool:
@@ -167,10 +194,9 @@ class ResponseGate:
     def reset(self) -> None:
         """Forget everything streamed: a new attempt's response starts from nothing."""
         self._pending: dict[str, _PendingCall] = {}
-        # The streamed output in order: ("text"|"refusal", fragments), ("call", key),
-        # ("native", item). Only used when the terminal event carries no snapshot.
+        # The streamed output in order: ("text"|"refusal", _Text), ("call", key),
+        # ("native", item). Text is kept once, here.
         self._layout: list[tuple[str, object]] = []
-        self._text: list[str] = []
         self._text_chars = 0
         self._reasoning_chars = 0
         self._native_bytes = 0
@@ -182,7 +208,11 @@ class ResponseGate:
     @property
     def partial_text(self) -> str:
         """The text shown so far (for failure reports)."""
-        return "".join(self._text)
+        return "".join(
+            value.value()
+            for kind, value in self._layout
+            if kind == "text" and isinstance(value, _Text)
+        )
 
     def accept(self, event: StreamEvent) -> Decision | None:
         """Accept one event; return the decision only at validated completion.
@@ -274,15 +304,13 @@ class ResponseGate:
                 FailureKind.BOUND_EXCEEDED,
                 f"text preview exceeded {self._limits.max_text_chars} characters",
             )
-        if kind == "text":
-            self._text.append(text)
         layout = self._layout
         if layout and layout[-1][0] == kind:
-            fragments = layout[-1][1]
-            assert isinstance(fragments, list)
-            fragments.append(text)
+            buffer = layout[-1][1]
+            assert isinstance(buffer, _Text)
+            buffer.append(text)
         else:
-            layout.append((kind, [text]))
+            layout.append((kind, _Text(text)))
 
     def _reasoning(self, event: ReasoningDelta) -> None:
         self.content_started = True
@@ -347,13 +375,17 @@ class ResponseGate:
         pending = self._open_call(event.key, "argument delta")
         if not event.delta:
             return
-        pending.fragments.append(event.delta)
-        pending.chars += len(event.delta)
+        pending.arguments.append(event.delta)
         self._check_arguments(pending)
-        self._observer(ToolArgumentProgress(pending.call_id, pending.name, pending.chars))
+        chars = pending.arguments.chars
+        # Progress is published when it moved by a step worth showing (the display
+        # throttles further): every 256 characters, and the first fragment.
+        if chars - pending.shown >= PROGRESS_STEP_CHARS or not pending.shown:
+            pending.shown = chars
+            self._observer(ToolArgumentProgress(pending.call_id, pending.name, chars))
 
     def _check_arguments(self, pending: _PendingCall) -> None:
-        if pending.chars > self._limits.max_argument_chars:
+        if pending.arguments.chars > self._limits.max_argument_chars:
             raise _failure(
                 FailureKind.BOUND_EXCEEDED,
                 f"tool arguments exceeded {self._limits.max_argument_chars} characters",
@@ -364,6 +396,11 @@ class ResponseGate:
     def _completed(self, event: ResponseCompleted) -> Decision:
         if event.response_id is not None and event.response_id != self.response_id:
             raise _failure(FailureKind.LIFECYCLE, "completed response has another id")
+        for pending in self._pending.values():  # the last progress step, if not yet shown
+            chars = pending.arguments.chars
+            if chars != pending.shown:
+                pending.shown = chars
+                self._observer(ToolArgumentProgress(pending.call_id, pending.name, chars))
         if event.output is None:
             parts, calls = self._streamed_output()
         else:
@@ -407,8 +444,8 @@ class ResponseGate:
                 assert isinstance(value, NativeItem)
                 parts.append(value)
             else:
-                assert isinstance(value, list)
-                joined = "".join(value)
+                assert isinstance(value, _Text)
+                joined = value.value()
                 parts.append(TextPart(joined) if kind == "text" else RefusalPart(joined))
         return parts, calls
 
@@ -469,7 +506,7 @@ class ResponseGate:
                     f"terminal call {call.call_id or call.key!r} was not streamed",
                 )
             seen.add(call.key)
-            if (pending.call_id, pending.name, pending.arguments()) != (
+            if (pending.call_id, pending.name, pending.arguments.value()) != (
                 call.call_id,
                 call.name,
                 call.arguments,

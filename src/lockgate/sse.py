@@ -44,6 +44,17 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Accept the next bytes; return the events they completed."""
+        if (
+            not self._partial
+            and not self._pending_cr
+            and chunk.endswith(_BLANK)
+            and len(chunk) <= self._max
+            and _CR not in chunk
+        ):
+            # The common shape: a server flushes each event, so a chunk is whole frames.
+            frames = chunk.split(_BLANK)
+            frames.pop()
+            return _events(frames)
         if self._pending_cr:
             chunk = _CR + chunk
             self._pending_cr = False
