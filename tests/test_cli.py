@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from lockgate.fixture import CALCULATOR
+from lockgate.lab.runner import lab_runs
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, repair_turns
+from lockgate.providers import PROVIDERS
 from lockgate.providers.responses.lab import ResponseBuilder
 
 from .helpers import EDIT, ServerThread, ends_with_file_and_usage, run_lockgate
@@ -27,11 +29,14 @@ def assert_no_traceback(result: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_lab_runs_every_scenario_and_exits_zero() -> None:
-    result = lockgate("lab")
+    # Every run over both transports is played in-process by tests/test_lab.py; here the
+    # CLI plays every in-process run and prints one table.
+    result = lockgate("lab", "--transport", "inprocess")
     assert result.returncode == 0, result.stdout + result.stderr
-    runs = sum(len(scenario.transports) for scenario in SCENARIOS)
+    runs = len(lab_runs(None, list(PROVIDERS), "inprocess"))
     for scenario in SCENARIOS:
-        assert scenario.name in result.stdout
+        if "inprocess" in scenario.transports:
+            assert scenario.name in result.stdout
     assert f"{runs} of {runs} runs behaved as expected" in result.stdout
     assert "NOT AS EXPECTED" not in result.stdout
 
@@ -63,7 +68,7 @@ def test_lab_retry_trace_reports_retries() -> None:
 
 
 def test_lab_json_trace_is_json_lines() -> None:
-    result = lockgate("lab", "--scenario", "repair", "--json")
+    result = lockgate("lab", "--scenario", "repair", "--provider", "responses", "--json")
     assert result.returncode == 0
     records = [json.loads(line) for line in result.stdout.splitlines()]
     kinds = {record["event"] for record in records}
@@ -229,7 +234,7 @@ def test_lab_json_summary_has_one_line_per_run() -> None:
     result = lockgate("lab", "--transport", "inprocess", "--json")
     assert result.returncode == 0
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    inprocess = [s.name for s in SCENARIOS if "inprocess" in s.transports]
-    assert [r["scenario"] for r in records] == inprocess
+    runs = lab_runs(None, list(PROVIDERS), "inprocess")
+    assert [(r["scenario"], r["provider"]) for r in records] == [(s.name, p) for s, p, _ in runs]
     assert all(r["as_expected"] and r["problems"] == [] for r in records)
     assert {r["transport"] for r in records} == {"inprocess"}

@@ -5,9 +5,10 @@ import dataclasses
 import pytest
 
 from lockgate.fixture import CALCULATOR
-from lockgate.lab.runner import LabTransport, run_scenario
+from lockgate.lab.runner import LabTransport, lab_runs, run_scenario
 from lockgate.lab.scenario import Expectation, Scenario
-from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, SCENARIOS_BY_NAME
+from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS_BY_NAME
+from lockgate.providers import PROVIDERS
 
 REQUIRED_HTTP = {
     "reset-mid-stream",
@@ -43,12 +44,16 @@ def test_every_required_scenario_exists() -> None:
     assert set(SCENARIOS_BY_NAME) >= REQUIRED
 
 
-RUNS = [(scenario, kind) for scenario in SCENARIOS for kind in sorted(scenario.transports)]
+RUNS = lab_runs(None, list(PROVIDERS), "both")
 
 
-@pytest.mark.parametrize(("scenario", "kind"), RUNS, ids=[f"{s.name}-{k}" for s, k in RUNS])
-async def test_scenario_behaves_as_expected(scenario: Scenario, kind: LabTransport) -> None:
-    result = await run_scenario(scenario, kind)
+@pytest.mark.parametrize(
+    ("scenario", "provider", "kind"), RUNS, ids=[f"{s.name}-{p}-{k}" for s, p, k in RUNS]
+)
+async def test_scenario_behaves_as_expected(
+    scenario: Scenario, provider: str, kind: LabTransport
+) -> None:
+    result = await run_scenario(scenario, kind, provider=provider)
     assert result.problems == []
     assert result.observed == scenario.expect.outcome
     assert result.streams_closed

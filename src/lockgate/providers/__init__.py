@@ -7,12 +7,13 @@ this registry.
 
 from __future__ import annotations
 
+from .anthropic import PROVIDER as ANTHROPIC
 from .base import CodecOptions, Provider, TransportOptions
 from .responses import PROVIDER as RESPONSES
 
 __all__ = ["PROVIDERS", "CodecOptions", "Provider", "TransportOptions", "provider"]
 
-PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES,)}
+PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES, ANTHROPIC)}
 
 
 def provider(name: str) -> Provider:

@@ -1,0 +1,239 @@
+"""Anthropic Messages request encoding (`POST /v1/messages`, `stream: true`).
+
+Every request carries the full portable history (Anthropic keeps no conversation state):
+
+- `system` is top level: the text of every system message, joined by a blank line.
+- `messages` alternate user / assistant; consecutive messages of the same role are merged
+  into one (their content blocks concatenated).
+- An assistant message is replayed to the model that made it (`message.native_for(
+  producer)`) as its content blocks in their original order: `thinking` /
+  `redacted_thinking` blocks and provider-executed blocks (`server_tool_use`, every
+  `*_tool_result`) unchanged, text as `text` blocks, calls as `tool_use {id, name, input}`
+  with the parsed arguments object. Text citations are not kept (the text is replayed
+  without them). For any other producer only its text and its calls are sent: thinking
+  never goes to another model.
+- Tool results: all results answering one assistant message go in ONE user message, as
+  `tool_result {tool_use_id, content, is_error?}` blocks first in its content, one per
+  tool_use. `is_error: true` when the observation starts with `error:` (the loop's words
+  for a call that failed, or was never run). A user message that follows them is merged
+  after them into that same user message. A result that answers no tool_use of the
+  assistant message right before it, a second result for one call, or a tool_use left
+  without a result is refused (ValueError) before any request is made.
+- A paused assistant message (`pause_turn`) is sent back as it is; when it is the last
+  message the request ends with it, which is how Anthropic continues a paused turn. A
+  continuation that follows it is merged into the same assistant message.
+- Tools are `{name, description, input_schema}`; `tool_choice` is `{"type": "auto",
+  "disable_parallel_tool_use": true}` (lockgate executes calls one at a time; with thinking
+  only `auto` is allowed, which this is).
+- `max_tokens` (required by the API) is `max_output_tokens`. With `--thinking-budget N`
+  (`thinking {"type": "enabled", "budget_tokens": N}`, N ≥ 1024 as the API requires)
+  `max_tokens` must exceed the budget, so `N + max_output_tokens` is sent: the answer keeps
+  its own `max_output_tokens` on top of the thinking budget.
+
+Known limits: a `tool_use` is rebuilt from the call (its `caller` and other extra fields
+are not kept); with thinking enabled, an assistant message without thinking blocks (one
+lockgate wrote itself for a `--recover` observation, or one from another model) may be
+refused by the API when it is the last assistant turn of a tool loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
+from ..base import CodecOptions
+from .decoder import AnthropicDecoder
+
+__all__ = [
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "MIN_THINKING_BUDGET",
+    "AnthropicCodec",
+    "encode_messages",
+    "encode_tool",
+]
+
+DEFAULT_MAX_OUTPUT_TOKENS = 2048
+MIN_THINKING_BUDGET = 1024
+PROVIDER = "anthropic"
+ERROR_PREFIX = "error:"
+
+
+class AnthropicCodec:
+    """The Anthropic Messages request encoder and stream decoder factory."""
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        thinking_budget: int | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("model must not be empty")
+        if type(max_output_tokens) is not int or max_output_tokens < 1:
+            raise ValueError("max_output_tokens must be a positive whole number")
+        if thinking_budget is not None and (
+            type(thinking_budget) is not int or thinking_budget < MIN_THINKING_BUDGET
+        ):
+            raise ValueError(
+                f"thinking budget must be a whole number of at least {MIN_THINKING_BUDGET} "
+                "tokens (the API's minimum)"
+            )
+        self.model = model
+        self.max_output_tokens = max_output_tokens
+        self.thinking_budget = thinking_budget
+
+    @classmethod
+    def from_options(cls, options: CodecOptions) -> AnthropicCodec:
+        return cls(
+            options.model,
+            max_output_tokens=options.max_output_tokens,
+            thinking_budget=options.thinking_budget,
+        )
+
+    @property
+    def producer(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+    @property
+    def max_tokens(self) -> int:
+        """What `max_tokens` says: the output limit, plus the thinking budget if any."""
+        return self.max_output_tokens + (self.thinking_budget or 0)
+
+    def encode(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens}
+        system = "\n\n".join(m.content for m in history if m.role == "system" and m.content)
+        if system:
+            request["system"] = system
+        request["messages"] = encode_messages(history, self.producer)
+        if tools:
+            request["tools"] = [encode_tool(tool) for tool in tools]
+            request["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+        if self.thinking_budget is not None:
+            request["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        request["stream"] = True
+        return request
+
+    def new_decoder(self) -> AnthropicDecoder:
+        return AnthropicDecoder()
+
+
+def encode_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": dict(tool.parameters),
+    }
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": dict(call.arguments)}
+
+
+def _assistant_blocks(message: Message, producer: str) -> list[dict[str, Any]]:
+    """Its original content for the same producer, else the portable text and calls."""
+    original = message.native_for(producer)
+    if not original:
+        text = message.content or message.refusal
+        blocks = [_text(text)] if text else []
+        blocks.extend(_tool_use(call) for call in message.tool_calls)
+        return blocks
+    calls = {call.id: call for call in message.tool_calls}
+    replayed: list[dict[str, Any]] = []
+    for part in original:
+        if isinstance(part, NativeItem):
+            replayed.append(dict(part.item))
+        elif isinstance(part, CallPart):
+            call = calls.get(part.call_id)
+            if call is None:
+                raise ValueError(
+                    f"assistant output names call {part.call_id!r}, not among its calls"
+                )
+            replayed.append(_tool_use(call))
+        elif isinstance(part, TextPart | RefusalPart) and part.text:
+            replayed.append(_text(part.text))
+    return replayed
+
+
+class _Messages:
+    """Builds the alternating message list."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.open_calls: list[str] = []  # tool_use ids of the last assistant, unanswered
+        self.answered: set[str] = set()
+
+    def _last(self, role: str) -> list[dict[str, Any]]:
+        """The content of the last message if it has `role`, else of a new one."""
+        if not self.messages or self.messages[-1]["role"] != role:
+            self.messages.append({"role": role, "content": []})
+        content: list[dict[str, Any]] = self.messages[-1]["content"]
+        return content
+
+    def _check_answered(self) -> None:
+        if self.open_calls:
+            missing = ", ".join(self.open_calls)
+            raise ValueError(f"tool_use {missing} has no tool_result")
+
+    def assistant(self, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if self.messages and self.messages[-1]["role"] == "user":
+            self._check_answered()
+        self._last("assistant").extend(blocks)
+        ids = [block["id"] for block in blocks if block.get("type") == "tool_use"]
+        self.open_calls.extend(ids)
+
+    def user(self, text: str) -> None:
+        if not text:
+            return
+        self._check_answered()
+        self._last("user").append(_text(text))
+
+    def tool_result(self, message: Message) -> None:
+        call_id = message.tool_call_id or ""
+        if call_id not in self.open_calls:
+            raise ValueError(
+                f"tool result {call_id!r} does not answer a tool_use of the assistant message "
+                "before it"
+            )
+        self.open_calls.remove(call_id)
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": call_id,
+            "content": message.content,
+        }
+        if message.content.startswith(ERROR_PREFIX):
+            block["is_error"] = True
+        content = self._last("user")
+        # Results come first: after any results already there, before anything else.
+        position = 0
+        while position < len(content) and content[position].get("type") == "tool_result":
+            position += 1
+        content.insert(position, block)
+
+    def finish(self) -> list[dict[str, Any]]:
+        self._check_answered()
+        return self.messages
+
+
+def encode_messages(history: Sequence[Message], producer: str = "") -> list[dict[str, Any]]:
+    """Portable history as Anthropic `messages` (system messages go top level)."""
+    builder = _Messages()
+    for message in history:
+        if message.role == "system":
+            continue
+        if message.role == "user":
+            builder.user(message.content)
+        elif message.role == "tool":
+            builder.tool_result(message)
+        else:
+            builder.assistant(_assistant_blocks(message, producer))
+    return builder.finish()

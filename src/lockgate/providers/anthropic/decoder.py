@@ -1,0 +1,565 @@
+"""Anthropic Messages stream decoding: native events to normalized events.
+
+THE COMPLETION RULE for Anthropic Messages (every line is tested, accepting and failing):
+
+1. `message_start` starts the response: `ResponseStarted(response_id=message.id)`. A second
+   `message_start` is a second start, which the gate fails (lifecycle). Any block, delta,
+   `message_delta` or `message_stop` before it is lifecycle; `ping` is allowed anywhere.
+   A `message_start` whose `message.content` is not empty is lifecycle.
+2. Content blocks come one at a time, in index order (0, 1, 2 …): a `content_block_start`
+   while another block is open, or with another index than the next, is lifecycle; a delta
+   or `content_block_stop` for a block that never started, or already stopped, is lifecycle.
+   A delta that does not fit its block (a `text_delta` on a `tool_use` …) is malformed.
+3. `text` blocks: each `text_delta` is a `TextDelta`. Citations (`citations_delta`, the
+   block's `citations`) are not kept: the text is replayed without them.
+4. `thinking` blocks: each `thinking_delta` is a `ReasoningDelta(kind="raw")`, apart from
+   the answer; `signature_delta` sets the block's signature (a later one replaces it). At
+   the block's stop it becomes `NativeOutput("reasoning", {"type": "thinking", "thinking":
+   <all its text>, "signature": <signature>})` (any other field of its start kept), which the
+   encoder replays unchanged, in place, to the same model only. `redacted_thinking` blocks
+   become `NativeOutput("reasoning", <the block unchanged>)` at their stop.
+5. `tool_use` blocks (client tools): `ToolCallStarted(key=<the block index as a string>,
+   call_id=<the block id>, name)` at the block's start, then each non-empty `partial_json`
+   fragment as a `ToolArgumentsDelta` (argument progress: execution still waits). A
+   tool_use is complete at its `content_block_stop`; its input is the concatenated
+   `partial_json`. When no fragment carried any text (Anthropic sends a single `""` for a
+   tool without parameters) the input is the block's start `input` (always `{}` in real
+   streams): at the stop the decoder emits it as the argument text (`"{}"`), and the gate
+   validates it against the tool's schema like any other arguments (so `{}` runs a tool
+   without parameters, and a tool with required parameters rejects it).
+6. Provider-executed blocks are kept opaque and replayed, and are NEVER a `ToolCallStarted`:
+   `server_tool_use` / `mcp_tool_use` (whose input also streams as `input_json_delta`)
+   become `NativeOutput("provider_output", <the block with its full input>)` at their stop;
+   every `*_tool_result` block (and `container_upload`) arrives whole in its start and
+   becomes `NativeOutput("provider_output", <the block>)` at its stop. A provider block whose
+   streamed input is not a JSON object fails the response (malformed) at `message_stop`
+   unless it already failed otherwise; one whose streamed input passes 4 MiB fails at once
+   (bound_exceeded). Any other block type cannot be replayed: the response fails at once
+   (unsupported_output).
+7. `message_delta` records `stop_reason` (a later non-null one replaces an earlier one),
+   `stop_details` and usage. The decision is released only at `message_stop`, after a
+   `message_delta` whose `stop_reason` agrees with the blocks, and with every block
+   stopped:
+   - `tool_use` → `ResponseCompleted(FINISH_WITH_CALLS)` (the gate fails it without a call);
+   - `end_turn`, `stop_sequence` → `ResponseCompleted(FINISH_WITHOUT_CALLS)` (the gate fails
+     it with a call);
+   - `max_tokens`, `model_context_window_exceeded` → `ProviderReportedFailure(
+     RESPONSE_INCOMPLETE, truncated=True)`: nothing runs (`--recover` may answer the calls);
+   - `refusal` → `ResponseCompleted(FINISH_REFUSED, refusal_detail=<stop_details
+     explanation, else its category, else the text streamed>)`: no call is released;
+   - `pause_turn` → `ResponseCompleted(FINISH_PAUSED)`: the loop sends the response back as
+     it is, nothing runs locally (the gate fails a paused response with calls);
+   - any other stop reason is lifecycle.
+   A `message_stop` while a block is still open, without any `message_delta`, or without a
+   stop reason is lifecycle.
+8. An `error` event fails the response: `ProviderReportedFailure(PROVIDER_ERROR, "provider
+   error: …", code=error.type, transient=<error.type is overloaded_error, api_error,
+   rate_limit_error or timeout_error>)`. Transient errors before any content are retried
+   only with the client's opt-in `retry_unstarted`. An `error` before `message_start` fails
+   the same way, raised by the decoder itself (there is no response for the gate yet).
+9. A body that ends before `message_stop` releases nothing: after a `message_start`,
+   `end_of_stream` returns `ProviderReportedFailure(STREAM_ENDED)`.
+10. `ping`, unknown event types and unknown delta types (`citations_delta`, future ones) are
+    progress: nothing is emitted. Anything after `message_stop` reaches the gate as
+    progress, which fails the response (nothing follows the terminal event).
+11. Malformed JSON or shapes (not an object, a field of the wrong type, nesting beyond the
+    bound) are malformed events, and the SSE `event:` name must agree with the JSON `type`.
+
+Usage: `message_start.usage`, then each `message_delta.usage` (cumulative: every field
+present replaces the earlier value), normalized: input = `input_tokens +
+cache_read_input_tokens + cache_creation_input_tokens`, cached = `cache_read_input_tokens`,
+cache writes = `cache_creation_input_tokens`, reasoning = `output_tokens_details.
+thinking_tokens`, total = input + output. It is attached to the terminal event decided at
+`message_stop`; an `error` event or a cut-off body carries none.
+
+Normalized events carry `response_id=None`, except `ResponseStarted`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...conversation import Usage
+from ...errors import FailureKind, ResponseFailure
+from ...events import (
+    FINISH_PAUSED,
+    FINISH_REFUSED,
+    FINISH_WITH_CALLS,
+    FINISH_WITHOUT_CALLS,
+    NativeOutput,
+    ProviderReportedFailure,
+    ReasoningDelta,
+    ResponseCompleted,
+    ResponseProgress,
+    StreamEvent,
+    TextDelta,
+    ToolArgumentsDelta,
+    ToolCallStarted,
+)
+from ...events import ResponseStarted as _Started
+from ...jsonlimits import MAX_EVENT_DEPTH, parse_event, parse_json
+from ...sse import ServerSentEvent
+
+__all__ = [
+    "MAX_PROVIDER_BLOCK_BYTES",
+    "PROVIDER_INPUT_BLOCKS",
+    "TRANSIENT_ERRORS",
+    "AnthropicDecoder",
+    "is_provider_block",
+    "normalize_usage",
+]
+
+# In-stream error types after which a new request may succeed.
+TRANSIENT_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+# Provider-executed blocks whose input streams as `input_json_delta`.
+PROVIDER_INPUT_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
+# The bound on one provider block's streamed input (the gate bounds all retained native
+# output by the same figure, but only sees the block at its stop).
+MAX_PROVIDER_BLOCK_BYTES = 4 * 1024 * 1024
+# Provider-executed blocks that arrive whole (besides every `*_tool_result`).
+_PROVIDER_WHOLE_BLOCKS = frozenset({"container_upload"})
+_TRUNCATED = {
+    "max_tokens": "response incomplete: the output-token limit cut it off",
+    "model_context_window_exceeded": "response incomplete: the context window was exceeded",
+}
+_COMPLETED = {
+    "tool_use": FINISH_WITH_CALLS,
+    "end_turn": FINISH_WITHOUT_CALLS,
+    "stop_sequence": FINISH_WITHOUT_CALLS,
+    "pause_turn": FINISH_PAUSED,
+    "refusal": FINISH_REFUSED,
+}
+_USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+# Block kinds (what the decoder does with a block's deltas and stop).
+_TEXT = 0
+_TOOL = 1
+_THINKING = 2
+_REDACTED = 3
+_PROVIDER_INPUT = 4
+_PROVIDER_WHOLE = 5
+
+_NOTHING: tuple[StreamEvent, ...] = ()
+_AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
+
+
+def is_provider_block(block_type: str) -> bool:
+    """Whether a content block type is work the provider did itself (never a local call)."""
+    return (
+        block_type in PROVIDER_INPUT_BLOCKS
+        or block_type in _PROVIDER_WHOLE_BLOCKS
+        or block_type.endswith("_tool_result")
+    )
+
+
+def _malformed(message: str) -> ResponseFailure:
+    return ResponseFailure(FailureKind.MALFORMED_EVENT, message)
+
+
+def _lifecycle(message: str) -> ResponseFailure:
+    return ResponseFailure(FailureKind.LIFECYCLE, message)
+
+
+def _string(value: object, what: str) -> str:
+    if type(value) is not str:
+        raise _malformed(f"{what} must be a string")
+    return value
+
+
+def _optional_string(value: object, what: str) -> str:
+    return "" if value is None else _string(value, what)
+
+
+def _object(value: object, what: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise _malformed(f"{what} must be an object")
+    return value
+
+
+def _index(payload: dict[str, Any]) -> int:
+    index = payload.get("index")
+    if type(index) is not int or index < 0:
+        raise _malformed("index must be a non-negative integer")
+    return index
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def normalize_usage(raw: dict[str, int]) -> Usage:
+    """Anthropic usage fields (already merged) in lockgate's terms."""
+    cache_read = raw.get("cache_read_input_tokens", 0)
+    cache_write = raw.get("cache_creation_input_tokens", 0)
+    input_tokens = raw.get("input_tokens", 0) + cache_read + cache_write
+    output_tokens = raw.get("output_tokens", 0)
+    return Usage(
+        input_tokens=input_tokens,
+        cached_input_tokens=cache_read,
+        output_tokens=output_tokens,
+        reasoning_tokens=raw.get("thinking_tokens", 0),
+        total_tokens=input_tokens + output_tokens,
+        cache_write_tokens=cache_write,
+    )
+
+
+class _Block:
+    """One open content block."""
+
+    __slots__ = ("fragments", "index", "item", "key", "kind", "signature", "size")
+
+    def __init__(self, index: int, kind: int, item: dict[str, Any], size: int) -> None:
+        self.index = index
+        self.kind = kind
+        self.item = item  # the block as it started
+        self.key = str(index)
+        self.fragments: list[str] = []
+        self.signature = ""
+        self.size = size  # bytes of its events' data so far
+
+
+class AnthropicDecoder:
+    """Maps one Anthropic Messages stream's events to normalized events."""
+
+    __slots__ = (
+        "_blocks",
+        "_deltas",
+        "_finished",
+        "_handlers",
+        "_open",
+        "_problem",
+        "_said",
+        "_started",
+        "_stop_details",
+        "_stop_reason",
+        "_usage",
+    )
+
+    def __init__(self) -> None:
+        self._started = False
+        self._finished = False  # message_stop or error seen
+        self._blocks = 0  # blocks started so far (the next index)
+        self._open: _Block | None = None
+        self._deltas = 0  # message_delta events seen
+        self._stop_reason: str | None = None
+        self._stop_details: dict[str, Any] | None = None
+        self._usage: dict[str, int] = {}
+        self._problem = ""  # a provider block whose input was not a JSON object
+        self._said: list[str] = []  # the answer text, for a refusal without details
+        self._handlers: dict[str, Callable[[dict[str, Any], int], Sequence[StreamEvent]]] = {
+            "content_block_delta": self._delta,
+            "content_block_start": self._block_start,
+            "content_block_stop": self._block_stop,
+            "message_start": self._message_start,
+            "message_delta": self._message_delta,
+            "message_stop": self._message_stop,
+            "error": self._error,
+        }
+
+    def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
+        data = event.data
+        try:
+            payload = parse_event(data)
+        except ValueError as exc:
+            raise _malformed(f"event data is not valid JSON ({exc})") from None
+        if type(payload) is not dict:
+            raise _malformed("event data is not a JSON object")
+        kind = payload.get("type")
+        if type(kind) is not str:
+            raise _malformed("event has no string 'type'")
+        if event.event is not None and event.event != kind:
+            raise _malformed(f"SSE event name {event.event!r} disagrees with type {kind!r}")
+        if self._finished:
+            return _AFTER_END  # the gate fails anything after the terminal event
+        handler = self._handlers.get(kind)
+        if handler is None:
+            return _NOTHING  # ping and unknown event types are progress
+        return handler(payload, len(data))
+
+    def end_of_stream(self) -> Sequence[StreamEvent]:
+        if self._started and not self._finished:
+            self._finished = True
+            return (
+                ProviderReportedFailure(
+                    FailureKind.STREAM_ENDED,
+                    "the stream ended before message_stop; nothing executed",
+                ),
+            )
+        return _NOTHING  # nothing started: the client reports the end itself
+
+    # --- blocks ------------------------------------------------------------------------
+
+    def _require_start(self, what: str) -> None:
+        if not self._started:
+            raise _lifecycle(f"{what} before message_start")
+
+    def _delta(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        block = self._open
+        index = _index(payload)
+        if block is None or block.index != index:
+            self._require_start("content_block_delta")
+            raise _lifecycle(f"delta for content block {index}, which is not open")
+        delta = _object(payload.get("delta"), "delta")
+        block.size += size
+        kind = delta.get("type")
+        if kind == "text_delta":
+            if block.kind != _TEXT:
+                raise _malformed(f"text_delta for content block {index}, not a text block")
+            text = _string(delta.get("text"), "delta.text")
+            if not text:
+                return _NOTHING
+            self._said.append(text)
+            return (TextDelta(text),)
+        if kind == "input_json_delta":
+            piece = _string(delta.get("partial_json"), "delta.partial_json")
+            if block.kind == _TOOL:
+                if not piece:
+                    return _NOTHING
+                block.fragments.append(piece)
+                return (ToolArgumentsDelta(block.key, piece),)
+            if block.kind != _PROVIDER_INPUT:
+                raise _malformed(f"input_json_delta for content block {index}, not a tool block")
+            if block.size > MAX_PROVIDER_BLOCK_BYTES:  # the gate never sees these fragments
+                raise ResponseFailure(
+                    FailureKind.BOUND_EXCEEDED,
+                    f"provider block {index} exceeded {MAX_PROVIDER_BLOCK_BYTES} bytes",
+                )
+            block.fragments.append(piece)
+            return _NOTHING
+        if kind == "thinking_delta":
+            if block.kind != _THINKING:
+                raise _malformed(f"thinking_delta for content block {index}, not thinking")
+            text = _string(delta.get("thinking"), "delta.thinking")
+            if not text:
+                return _NOTHING
+            block.fragments.append(text)
+            return (ReasoningDelta(text, "raw"),)
+        if kind == "signature_delta":
+            if block.kind != _THINKING:
+                raise _malformed(f"signature_delta for content block {index}, not thinking")
+            block.signature = _string(delta.get("signature"), "delta.signature")
+            return _NOTHING
+        if type(kind) is not str:
+            raise _malformed("delta has no string 'type'")
+        return _NOTHING  # citations_delta and unknown delta types are progress
+
+    def _block_start(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        self._require_start("content_block_start")
+        index = _index(payload)
+        if self._open is not None:
+            raise _lifecycle(
+                f"content block {index} started while block {self._open.index} is open"
+            )
+        if index != self._blocks:
+            raise _lifecycle(
+                f"content block {index} started out of order (expected {self._blocks})"
+            )
+        item = _object(payload.get("content_block"), "content_block")
+        kind = _string(item.get("type"), "content_block.type")
+        self._blocks += 1
+        if kind == "text":
+            text = _optional_string(item.get("text"), "text block text")
+            self._open = _Block(index, _TEXT, item, size)
+            if text:
+                self._said.append(text)
+                return (TextDelta(text),)
+            return _NOTHING
+        if kind == "tool_use":
+            call_id = _string(item.get("id"), "tool_use id")
+            name = _string(item.get("name"), "tool_use name")
+            if "input" in item:
+                _object(item["input"], "tool_use input")
+            self._open = _Block(index, _TOOL, item, size)
+            return (ToolCallStarted(self._open.key, call_id, name),)
+        if kind == "thinking":
+            block = _Block(index, _THINKING, item, size)
+            text = _optional_string(item.get("thinking"), "thinking text")
+            block.signature = _optional_string(item.get("signature"), "thinking signature")
+            self._open = block
+            if text:
+                block.fragments.append(text)
+                return (ReasoningDelta(text, "raw"),)
+            return _NOTHING
+        if kind == "redacted_thinking":
+            self._open = _Block(index, _REDACTED, item, size)
+            return _NOTHING
+        if kind in PROVIDER_INPUT_BLOCKS:
+            if "input" in item:
+                _object(item["input"], f"{kind} input")
+            self._open = _Block(index, _PROVIDER_INPUT, item, size)
+            return _NOTHING
+        if is_provider_block(kind):
+            self._open = _Block(index, _PROVIDER_WHOLE, item, size)
+            return _NOTHING
+        raise ResponseFailure(
+            FailureKind.UNSUPPORTED_OUTPUT,
+            f"content block type {kind!r} cannot be replayed; response rejected",
+        )
+
+    def _block_stop(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        block = self._open
+        index = _index(payload)
+        if block is None or block.index != index:
+            self._require_start("content_block_stop")
+            raise _lifecycle(f"stop for content block {index}, which is not open")
+        self._open = None
+        kind = block.kind
+        if kind == _TEXT:
+            return _NOTHING
+        size += block.size
+        if kind == _TOOL:
+            if block.fragments:
+                return _NOTHING
+            start = block.item.get("input")
+            text = json.dumps(start, ensure_ascii=False) if start else "{}"
+            return (ToolArgumentsDelta(block.key, text),)
+        if kind == _THINKING:
+            item = {
+                **block.item,
+                "thinking": "".join(block.fragments),
+                "signature": block.signature,
+            }
+            return (NativeOutput("reasoning", item, size),)
+        if kind == _REDACTED:
+            return (NativeOutput("reasoning", block.item, size),)
+        if kind == _PROVIDER_INPUT:
+            return (NativeOutput("provider_output", self._provider_input(block), size),)
+        return (NativeOutput("provider_output", block.item, size),)
+
+    def _provider_input(self, block: _Block) -> dict[str, Any]:
+        text = "".join(block.fragments)
+        if not text.strip(" \t\n\r"):
+            return block.item  # no input streamed: the start's (`{}`)
+        try:
+            value = parse_json(text, MAX_EVENT_DEPTH)
+        except ValueError:
+            value = None
+        if type(value) is not dict:
+            self._problem = (
+                f"the input of provider block {block.index} ({block.item.get('type')}) "
+                "is not a JSON object"
+            )
+            return block.item
+        return {**block.item, "input": value}
+
+    # --- the message -------------------------------------------------------------------
+
+    def _message_start(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        message = _object(payload.get("message"), "message")
+        response_id = _optional_string(message.get("id"), "message.id")
+        if self._started:
+            return (_Started(response_id=response_id),)  # the gate fails a second start
+        self._started = True
+        content = message.get("content")
+        if content is not None and content != []:
+            raise _lifecycle("message_start already carries content")
+        self._merge_usage(message.get("usage"))
+        return (_Started(response_id=response_id),)
+
+    def _message_delta(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        self._require_start("message_delta")
+        delta = _object(payload.get("delta", {}), "message_delta.delta")
+        reason = delta.get("stop_reason")
+        if reason is not None:
+            self._stop_reason = _string(reason, "stop_reason")
+        details = delta.get("stop_details")
+        if type(details) is dict:
+            self._stop_details = details
+        self._merge_usage(payload.get("usage"))
+        self._deltas += 1
+        return _NOTHING
+
+    def _message_stop(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        self._require_start("message_stop")
+        self._finished = True
+        usage = normalize_usage(self._usage) if self._usage else None
+        if self._open is not None:
+            return (
+                ProviderReportedFailure(
+                    FailureKind.LIFECYCLE,
+                    f"message_stop while content block {self._open.index} is still open",
+                    usage=usage,
+                ),
+            )
+        reason = self._stop_reason
+        if reason is None:
+            what = "without a message_delta" if not self._deltas else "without a stop_reason"
+            return (
+                ProviderReportedFailure(
+                    FailureKind.LIFECYCLE, f"message_stop {what}; nothing executed", usage=usage
+                ),
+            )
+        if reason in _TRUNCATED:
+            return (
+                ProviderReportedFailure(
+                    FailureKind.RESPONSE_INCOMPLETE,
+                    _TRUNCATED[reason],
+                    reason,
+                    usage,
+                    truncated=True,
+                ),
+            )
+        finish = _COMPLETED.get(reason)
+        if finish is None:
+            return (
+                ProviderReportedFailure(
+                    FailureKind.LIFECYCLE,
+                    f"stop_reason {reason!r} is not a known completion; nothing executed",
+                    reason,
+                    usage,
+                ),
+            )
+        if self._problem:
+            return (
+                ProviderReportedFailure(FailureKind.MALFORMED_EVENT, self._problem, usage=usage),
+            )
+        detail = self._refusal_detail() if finish == FINISH_REFUSED else ""
+        return (ResponseCompleted(finish, usage, refusal_detail=detail),)
+
+    def _refusal_detail(self) -> str:
+        details = self._stop_details or {}
+        for field in ("explanation", "category"):
+            value = details.get(field)
+            if type(value) is str and value:
+                return value
+        return "".join(self._said)
+
+    def _error(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        error = payload.get("error")
+        error = error if type(error) is dict else {}
+        code = error.get("type")
+        code = code if type(code) is str else ""
+        message = error.get("message")
+        text = f"provider error: {message if type(message) is str and message else 'no message'}"
+        transient = code in TRANSIENT_ERRORS
+        self._finished = True
+        if not self._started:
+            detail = f" [{code}]" if code else ""
+            raise ResponseFailure(
+                FailureKind.PROVIDER_ERROR, f"{text}{detail}", transient=transient
+            )
+        return (
+            ProviderReportedFailure(
+                FailureKind.PROVIDER_ERROR, text, code or None, transient=transient
+            ),
+        )
+
+    def _merge_usage(self, raw: object) -> None:
+        """Every field present replaces the earlier value (message_delta is cumulative)."""
+        if type(raw) is not dict:
+            return
+        usage = self._usage
+        for name in _USAGE_FIELDS:
+            value = raw.get(name)
+            if value is not None:
+                usage[name] = _count(value)
+        details = raw.get("output_tokens_details")
+        if type(details) is dict and details.get("thinking_tokens") is not None:
+            usage["thinking_tokens"] = _count(details.get("thinking_tokens"))
