@@ -42,6 +42,23 @@ JUSTIFIED: dict[str, tuple[str, str]] = {
         "its only output is a client-executed tool_search_call (execution: client): a request "
         "for a client action lockgate has no executor for, so it fails closed",
     ),
+    **{
+        name: (
+            "lifecycle",
+            "recorded with n=2: two choices carry content; lockgate asks for one choice and "
+            "fails closed rather than pick one",
+        )
+        for name in (
+            "chat-opentelemetry-python-contrib-1.json",
+            "chat-opentelemetry-python-contrib-4.json",
+            "chat-openllmetry-20.json",
+        )
+    },
+    "chat-magentic-26.json": (
+        "invalid_batch",
+        "the model (a small local Ollama model) sent a string where the tool's schema asks "
+        "for an array of integers: the call does not validate, so the batch is refused",
+    ),
 }
 
 
@@ -200,6 +217,15 @@ def _disagreement(recording: Mapping[str, Any], message: Message) -> str:
     return ""
 
 
+def _shape(message: Message | None) -> object:
+    """What must not depend on chunking (a response without any id gets a fresh
+    synthesized one per decoding, and so do its calls)."""
+    if message is None:
+        return None
+    calls = [(c.name, c.arguments_json) for c in message.tool_calls]
+    return (message.content, message.refusal, calls, message.paused, len(message.output))
+
+
 def _recordings() -> list[Path]:
     return sorted(path for path in CORPUS.glob("*.json") if path.name.split("-", 1)[0] in PROVIDERS)
 
@@ -228,7 +254,7 @@ async def test_every_recording_releases_exactly_what_it_states(
                 f"({whole.failure!r} vs {chunked.failure!r})"
             )
             continue
-        if whole.released is not None and chunked.released != whole.released:
+        if whole.released is not None and _shape(chunked.released) != _shape(whole.released):
             wrong.append(f"{path.name}: chunking changed the released message")
             continue
         if _success(recording):

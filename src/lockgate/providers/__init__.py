@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from .anthropic import PROVIDER as ANTHROPIC
 from .base import CodecOptions, Provider, TransportOptions
+from .chat import PROVIDER as CHAT
 from .responses import PROVIDER as RESPONSES
 
 __all__ = ["PROVIDERS", "CodecOptions", "Provider", "TransportOptions", "provider"]
 
-PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES, ANTHROPIC)}
+PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES, CHAT, ANTHROPIC)}
 
 
 def provider(name: str) -> Provider:

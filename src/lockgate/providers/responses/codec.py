@@ -18,18 +18,12 @@ from typing import Any
 
 from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
 from ..base import CodecOptions, Continuation
+from ..openai.models import REASONING_MODEL_PREFIXES as REASONING_MODEL_PREFIXES
+from ..openai.models import is_reasoning_model as is_reasoning_model
 from .decoder import ResponsesDecoder
 
 DEFAULT_MAX_OUTPUT_TOKENS = 2048
 PROVIDER = "responses"
-REASONING_MODEL_PREFIXES = ("o1", "o3", "o4", "gpt-5", "codex")
-
-
-def is_reasoning_model(model: str) -> bool:
-    """A best guess from the model name: encrypted reasoning is requested only for
-    reasoning models, since other models reject the `include` with HTTP 400."""
-    name = model.rsplit("/", 1)[-1].lower()
-    return name.startswith(REASONING_MODEL_PREFIXES) and "-chat" not in name
 
 
 class ResponsesCodec:

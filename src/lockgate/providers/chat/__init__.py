@@ -1,0 +1,44 @@
+"""OpenAI Chat Completions (`POST {base}/chat/completions`): OpenAI, and the many servers
+that speak it (Azure, vLLM, Ollama, llama.cpp, OpenRouter, DeepSeek, Groq, Mistral …)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...transport import Transport
+from ..base import CodecOptions, Provider, TransportOptions
+from ..openai.errors import classify_openai_failure
+from .codec import ChatCodec
+
+if TYPE_CHECKING:
+    from ...lab.protocol import LabProtocol
+
+
+def _codec(options: CodecOptions) -> ChatCodec:
+    return ChatCodec.from_options(options)
+
+
+def _transport(options: TransportOptions) -> Transport:
+    from ..openai.transport import OpenAITransport  # imports the SDK: only when needed
+
+    return OpenAITransport(options, "chat")
+
+
+def _lab() -> LabProtocol:
+    from .lab import ChatLab
+
+    return ChatLab()
+
+
+PROVIDER = Provider(
+    name="chat",
+    title="OpenAI Chat Completions",
+    key_variable="OPENAI_API_KEY",
+    default_model="gpt-4.1-mini",
+    base_url_hint="https://api.openai.com/v1",
+    make_codec=_codec,
+    make_transport=_transport,
+    classify_error=classify_openai_failure,
+    lab=_lab,
+    options=frozenset(),
+)

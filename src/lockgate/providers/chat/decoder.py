@@ -1,0 +1,629 @@
+"""OpenAI Chat Completions stream decoding: chunks to normalized events.
+
+Chat has no terminal snapshot: the gate builds the decision from the streamed parts. THE
+COMPLETION RULE, as implemented here:
+
+- A decision is released only when THE choice's `finish_reason` arrived AND the stream then
+  ended cleanly: `data: [DONE]`, or a clean end of body after the finish (`end_of_stream`;
+  servers without `[DONE]`: Writer, GPUStack, Perplexity). A clean end before any finish
+  reason is `stream_ended` ("the stream ended without a finish_reason …"); `[DONE]` with no
+  finish reason at all is `lifecycle` ("[DONE] arrived without any finish_reason …"); a
+  reset is the client's `transport` failure.
+- finish `tool_calls`: `ResponseCompleted("tool_calls")` (the gate fails it without a call).
+  `stop` with calls (OpenAI's named tool_choice, Gemini, Ollama): `ResponseCompleted(None)`,
+  the calls imply it. `stop` without calls: text (`ResponseCompleted("stop")`).
+- `length`: `response_incomplete`, code `length`, truncated. `content_filter`:
+  `response_incomplete`, code `content_filter`, not truncated. `error`: `provider_error`.
+  `function_call` (deprecated) and any other value: `lifecycle` ("finish_reason X is not a
+  successful completion"). Failing finishes are reported at the end marker ([DONE] or end
+  of body), so that usage sent after the finish is included.
+- Errors inside a 200 stream are `provider_error` at once (with the usage seen so far): a
+  top-level `{"error": {...}}` payload (with or without choices: OpenRouter puts one in a
+  normal chunk after a `length` finish), `choices[i].error`, an SSE `event: error` frame
+  (Groq; its data is `{"error": {...}}`). Message `provider error: <message>`, code the
+  error's `code` (string or number, as text) or `type`; transient when the type or code is
+  server_error, overloaded_error, api_error, rate_limit_exceeded, timeout or
+  service_unavailable, or a numeric code >= 500 or == 429.
+- The response starts (`ResponseStarted`) at the first chunk that has a non-empty `id` or
+  carries choice content (or at the first terminal event, so that the gate sees the real
+  failure); its id is the first non-empty chunk id, else a synthesized
+  `chatcmpl-lockgate-<12 hex>` (random per decoder). The chunk id is not a safety signal
+  (proxies send a fresh one per chunk): later events carry `response_id=None`. Chunks with
+  `choices: []` (the usage chunk, Azure's first `prompt_filter_results` chunk with `id: ""`),
+  choices without `delta` (or `delta: null`), padding fields (`obfuscation`, Mistral's
+  `p`), `usage: null`, unknown fields and `object` values are progress.
+- Choices: lockgate asks for one. The first choice index that carries content (text,
+  refusal, reasoning, a tool-call fragment) is THE choice; another index carrying content
+  fails (`lifecycle`, "two choices …"). A single choice at index 1 is fine. `finish_reason`
+  counts only from THE choice (or, while no choice carried content, from the first choice
+  index that sent one).
+- Several finish chunks are idempotent (the same value again, or null later: the earlier one
+  stays); a different non-null finish later is `lifecycle` at once. Content after the finish
+  is tolerated (Gemini through proxies sends finish_reason on every chunk).
+- Text: `delta.content` as a string (null, absent and "" alike) or a list of typed parts
+  (Mistral): `text` parts are text, `thinking` parts (`thinking: [{type: text, text}]`) are
+  raw reasoning, other parts are ignored. `delta.refusal` is a refusal. Only `delta` is
+  read, never `message` (Writer and Perplexity repeat content there).
+- Reasoning: `delta.reasoning_content` (DeepSeek, llama.cpp), `delta.reasoning` (vLLM,
+  OpenRouter) and `delta.reasoning_details[]` (OpenRouter; text and summary entries, not
+  encrypted data) are shown as `ReasoningDelta`; details are shown only when the same delta
+  carries no `reasoning`/`reasoning_content` text (OpenRouter repeats each piece in both).
+  For replay, `reasoning_content` is concatenated and `reasoning_details` merged by
+  (index, type) (`text`/`summary`/`data` concatenated, other fields: last non-null wins,
+  first-seen order); just before `ResponseCompleted` they become
+  `NativeOutput("reasoning", {"reasoning_content": …})` and/or
+  `NativeOutput("reasoning", {"reasoning_details": […]})`. `delta.reasoning` is not replayed.
+- Tool-call fragments are routed by index AND id. A fragment opens a NEW call when nothing
+  is open for its routing key, or it carries a non-empty id different from the open call's
+  non-empty id (Ollama sends parallel calls at index 0), or a non-empty name different from
+  the open call's non-empty name. The routing key is the fragment's integer `index` (a key,
+  never a list position); a fragment without an index continues the most recently opened
+  or continued call unless a rule above says it is new. Ids and names are set, never
+  concatenated (`""` and null mean absent): a first non-empty id or name of an open call is
+  `ToolCallIdentified`; a name may arrive after arguments. String `arguments` are appended
+  as they are; a JSON object/array is serialized once (compact, not ASCII-escaped). Gate
+  keys are "0", "1", … in opening order. A call still without an id when the response ends
+  (completed, or truncated by `length`) gets `call_` + sha256(f"{response_id}:{key}")[:24],
+  as `ToolCallIdentified` just before the terminal event. Arguments that do not parse are the
+  gate's business (it rejects the whole batch).
+- Usage: from any chunk (`usage`, or `x_groq.usage`; the last non-null wins), attached to the
+  terminal event; none reported means `usage=None`, never zero.
+- Malformed (`malformed_event`): data not UTF-8 JSON within the nesting bound, not an
+  object; `choices` not a list; a choice not an object, its `index` not an int (absent
+  means 0) or its `finish_reason` not a string; `delta` not an object; `content` neither
+  a string, a list nor null; `tool_calls` not a list; a fragment or its `function` not an
+  object; a fragment `index` not an int; `id`/`name` not a string or null; `arguments` not
+  a string, object, array or null. Anything after the terminal event ([DONE] twice, a
+  chunk after [DONE]) reaches the gate as an event, which refuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from ...conversation import Usage
+from ...errors import FailureKind, ResponseFailure
+from ...events import (
+    FINISH_WITH_CALLS,
+    FINISH_WITHOUT_CALLS,
+    NativeOutput,
+    ProviderReportedFailure,
+    ReasoningDelta,
+    RefusalDelta,
+    ResponseCompleted,
+    ResponseProgress,
+    ResponseStarted,
+    StreamEvent,
+    TextDelta,
+    ToolArgumentsDelta,
+    ToolCallIdentified,
+    ToolCallStarted,
+)
+from ...jsonlimits import parse_event
+from ...sse import ServerSentEvent
+
+__all__ = ["TRANSIENT_ERROR_CODES", "ChatDecoder", "synthesized_call_id"]
+
+TRANSIENT_ERROR_CODES = frozenset(
+    {
+        "server_error",
+        "overloaded_error",
+        "api_error",
+        "rate_limit_exceeded",
+        "timeout",
+        "service_unavailable",
+    }
+)
+
+_NOTHING: tuple[StreamEvent, ...] = ()
+# Anything after the terminal event reaches the gate, which refuses it.
+_AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
+_DONE = b"[DONE]"
+_CONCATENATED = frozenset({"text", "summary", "data"})
+
+
+def _malformed(message: str) -> ResponseFailure:
+    return ResponseFailure(FailureKind.MALFORMED_EVENT, message)
+
+
+def synthesized_call_id(response_id: str, key: str) -> str:
+    """The stable id of a call the server sent without one."""
+    return "call_" + hashlib.sha256(f"{response_id}:{key}".encode()).hexdigest()[:24]
+
+
+class _Call:
+    __slots__ = ("call_id", "key", "name")
+
+    def __init__(self, key: str, call_id: str, name: str) -> None:
+        self.key = key
+        self.call_id = call_id
+        self.name = name
+
+
+class ChatDecoder:
+    """Maps one Chat Completions stream's chunks to normalized events."""
+
+    __slots__ = (
+        "_by_index",
+        "_calls",
+        "_choice",
+        "_details",
+        "_finish",
+        "_finish_index",
+        "_last",
+        "_reasoning_content",
+        "_response_id",
+        "_started",
+        "_terminated",
+        "_usage",
+    )
+
+    def __init__(self) -> None:
+        self._started = False
+        self._terminated = False
+        self._response_id = ""
+        self._choice: int | None = None  # THE choice: the first index that carried content
+        self._finish: str | None = None
+        self._finish_index: int | None = None
+        self._usage: dict[str, Any] | None = None  # the last non-null usage object
+        self._calls: list[_Call] = []
+        self._by_index: dict[int, _Call] = {}
+        self._last: _Call | None = None  # the call a fragment without an index continues
+        self._reasoning_content: list[str] = []
+        self._details: dict[tuple[object, object], dict[str, Any]] = {}
+
+    # --- the StreamDecoder protocol -------------------------------------------------------
+
+    def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
+        data = event.data
+        if data == _DONE:
+            return self._end(done=True)
+        if self._terminated:
+            return _AFTER_END
+        try:
+            payload = parse_event(data)
+        except ValueError as exc:
+            if data.strip() == _DONE:
+                return self._end(done=True)
+            raise _malformed(f"event data is not valid JSON ({exc})") from None
+        if type(payload) is not dict:
+            raise _malformed("event data is not a JSON object")
+        usage = payload.get("usage")
+        if usage is not None and type(usage) is dict:
+            self._usage = usage
+        extra = payload.get("x_groq")
+        if extra is not None and type(extra) is dict:
+            usage = extra.get("usage")
+            if usage is not None and type(usage) is dict and payload.get("usage") is None:
+                self._usage = usage
+        events: list[StreamEvent] | None = None
+        if not self._started:
+            chunk_id = payload.get("id")
+            if type(chunk_id) is str and chunk_id:
+                self._response_id = chunk_id
+                self._started = True
+                events = [ResponseStarted(response_id=chunk_id)]
+        error = payload.get("error")
+        if error is not None:
+            return self._error(error, events)
+        if event.event == "error":
+            return self._error(payload, events)
+        choices = payload.get("choices")
+        if not choices:
+            if choices is not None and type(choices) is not list:
+                raise _malformed("choices must be a list")
+            return events or _NOTHING
+        if type(choices) is not list:
+            raise _malformed("choices must be a list")
+        for choice in choices:
+            if type(choice) is not dict:
+                raise _malformed("a choice must be an object")
+            index = choice.get("index", 0)
+            if type(index) is not int:
+                raise _malformed("choice index must be an integer")
+            error = choice.get("error")
+            if error is not None:
+                return self._error(error, events)
+            delta = choice.get("delta")
+            if delta:
+                if type(delta) is not dict:
+                    raise _malformed("delta must be an object")
+                produced = self._delta(delta, index)
+                if produced is not None:  # the delta carried content
+                    if index != self._choice:
+                        failure = self._claim(index)
+                        if failure is not None:
+                            return self._with_start(events, failure)
+                    if not self._started:
+                        events = self._start_synthesized(events)
+                    if events is None:
+                        if len(choices) == 1 and choice.get("finish_reason") is None:
+                            return produced  # the common chunk: one choice, one delta
+                        events = list(produced)
+                    else:
+                        events.extend(produced)
+            elif delta is not None and type(delta) is not dict:
+                raise _malformed("delta must be an object")
+            finish = choice.get("finish_reason")
+            if finish is not None:
+                failure = self._finished(finish, index)
+                if failure is not None:
+                    return self._with_start(events, failure)
+        return events or _NOTHING
+
+    def end_of_stream(self) -> Sequence[StreamEvent]:
+        if self._terminated:
+            return _NOTHING
+        return self._end(done=False)
+
+    # --- chunks ---------------------------------------------------------------------------
+
+    def _delta(self, delta: dict[str, Any], index: int) -> list[StreamEvent] | None:
+        """The events of one choice's delta, in the order of its fields; None when it
+        carried no content (an encrypted reasoning entry is content without an event)."""
+        produced: list[StreamEvent] = []
+        shown_reasoning = False
+        details: object = None
+        for field, value in delta.items():
+            if value is None:
+                continue
+            if field == "content":
+                if type(value) is str:
+                    if value:
+                        produced.append(TextDelta(value))
+                elif type(value) is list:
+                    _content_parts(value, produced)
+                else:
+                    raise _malformed("delta.content must be a string, a list or null")
+            elif field == "tool_calls":
+                if type(value) is not list:
+                    raise _malformed("delta.tool_calls must be a list")
+                for fragment in value:
+                    self._fragment(fragment, produced)
+            elif field == "refusal":
+                if type(value) is str and value:
+                    produced.append(RefusalDelta(value))
+            elif field == "reasoning_content":
+                if type(value) is str and value:
+                    self._reasoning_content.append(value)
+                    produced.append(ReasoningDelta(value, "raw"))
+                    shown_reasoning = True
+            elif field == "reasoning":
+                if type(value) is str and value:
+                    produced.append(ReasoningDelta(value, "raw"))
+                    shown_reasoning = True
+            elif field == "reasoning_details":
+                details = value
+        if (
+            details is not None
+            and type(details) is list
+            and details
+            and self._reasoning_details(details, produced, show=not shown_reasoning)
+        ):
+            return produced
+        return produced or None
+
+    def _fragment(self, fragment: object, produced: list[StreamEvent]) -> None:
+        if type(fragment) is not dict:
+            raise _malformed("a tool-call fragment must be an object")
+        index = fragment.get("index")
+        if index is not None and type(index) is not int:
+            raise _malformed("tool-call index must be an integer")
+        call_id = fragment.get("id")
+        if call_id is None:
+            call_id = ""
+        elif type(call_id) is not str:
+            raise _malformed("tool-call id must be a string or null")
+        function = fragment.get("function")
+        if function is None:
+            name = ""
+            arguments: object = None
+        elif type(function) is dict:
+            raw_name = function.get("name")
+            if raw_name is None:
+                name = ""
+            elif type(raw_name) is str:
+                name = raw_name
+            else:
+                raise _malformed("tool-call name must be a string or null")
+            arguments = function.get("arguments")
+        else:
+            raise _malformed("tool-call function must be an object")
+        if arguments is None or type(arguments) is str:
+            text = arguments or ""
+        elif type(arguments) is dict or type(arguments) is list:
+            text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        else:
+            raise _malformed("tool-call arguments must be a string, an object or null")
+        call = self._last if index is None else self._by_index.get(index)
+        if (
+            call is None
+            or (call_id and call.call_id and call_id != call.call_id)
+            or (name and call.name and name != call.name)
+        ):
+            call = _Call(str(len(self._calls)), call_id, name)
+            self._calls.append(call)
+            if index is not None:
+                self._by_index[index] = call
+            self._last = call
+            produced.append(ToolCallStarted(call.key, call_id, name, text))
+            return
+        self._last = call
+        new_id = call_id if call_id and not call.call_id else ""
+        new_name = name if name and not call.name else ""
+        if new_id or new_name:
+            if new_id:
+                call.call_id = new_id
+            if new_name:
+                call.name = new_name
+            produced.append(ToolCallIdentified(call.key, new_id, new_name))
+        if text:
+            produced.append(ToolArgumentsDelta(call.key, text))
+
+    def _reasoning_details(
+        self, details: list[Any], produced: list[StreamEvent], *, show: bool
+    ) -> bool:
+        """Merge OpenRouter's reasoning entries for replay (and show their text); whether
+        any entry arrived."""
+        merged = self._details
+        carried = False
+        for entry in details:
+            if type(entry) is not dict:
+                continue
+            carried = True
+            kind = entry.get("type")
+            index = entry.get("index")
+            key = (
+                index if index is None or type(index) is int else repr(index),
+                kind if type(kind) is str else repr(kind),
+            )
+            target = merged.get(key)
+            if target is None:
+                target = merged[key] = {}
+            for field, value in entry.items():
+                if value is None:
+                    continue
+                previous = target.get(field)
+                if field in _CONCATENATED and type(value) is str and type(previous) is str:
+                    target[field] = previous + value
+                else:
+                    target[field] = value
+            if not show:
+                continue
+            if kind == "reasoning.text":
+                text = entry.get("text")
+                if type(text) is str and text:
+                    produced.append(ReasoningDelta(text, "raw"))
+            elif kind == "reasoning.summary":
+                text = entry.get("summary")
+                if type(text) is str and text:
+                    produced.append(ReasoningDelta(text, "summary"))
+        return carried
+
+    def _claim(self, index: int) -> ProviderReportedFailure | None:
+        """Content arrived on choice `index`: it becomes THE choice, unless another is."""
+        if self._choice is None:
+            self._choice = index
+            if self._finish_index is not None and self._finish_index != index:
+                self._finish = None  # that finish came from a choice without content
+                self._finish_index = None
+            return None
+        self._terminated = True
+        return ProviderReportedFailure(
+            FailureKind.LIFECYCLE,
+            f"two choices carry content (indexes {self._choice} and {index}); "
+            "lockgate asks for one choice",
+            usage=self._typed_usage(),
+        )
+
+    def _finished(self, finish: object, index: int) -> ProviderReportedFailure | None:
+        if type(finish) is not str:
+            raise _malformed("finish_reason must be a string or null")
+        if self._finish_index is None:
+            if self._choice is None or index == self._choice:
+                self._finish = finish
+                self._finish_index = index
+            return None
+        if index != self._finish_index or finish == self._finish:
+            return None
+        self._terminated = True
+        return ProviderReportedFailure(
+            FailureKind.LIFECYCLE,
+            f"finish_reason changed from {self._finish!r} to {finish!r}",
+            usage=self._typed_usage(),
+        )
+
+    def _error(
+        self, error: object, events: list[StreamEvent] | None = None
+    ) -> Sequence[StreamEvent]:
+        self._terminated = True
+        if type(error) is dict:
+            nested = error.get("error")
+            if type(nested) is dict:
+                error = nested
+        code: str | None = None
+        transient = False
+        message = ""
+        if type(error) is dict:
+            raw_code = error.get("code")
+            kind = error.get("type")
+            if type(raw_code) is str and raw_code:
+                code = raw_code
+            elif type(raw_code) is int:
+                code = str(raw_code)
+            elif type(kind) is str and kind:
+                code = kind
+            transient = (
+                raw_code in TRANSIENT_ERROR_CODES
+                or kind in TRANSIENT_ERROR_CODES
+                or (type(raw_code) is int and (raw_code >= 500 or raw_code == 429))
+            )
+            text = error.get("message")
+            message = text if type(text) is str else ""
+        elif type(error) is str:
+            message = error
+        failure = ProviderReportedFailure(
+            FailureKind.PROVIDER_ERROR,
+            f"provider error: {message or 'no message'}",
+            code,
+            self._typed_usage(),
+            transient=transient,
+        )
+        return self._with_start(events, failure)
+
+    # --- the end --------------------------------------------------------------------------
+
+    def _end(self, *, done: bool) -> Sequence[StreamEvent]:
+        if self._terminated:
+            return _AFTER_END
+        self._terminated = True
+        finish = self._finish
+        usage = self._typed_usage()
+        events = self._start_synthesized(None)
+        if finish is None:
+            if done:
+                events.append(
+                    ProviderReportedFailure(
+                        FailureKind.LIFECYCLE,
+                        "[DONE] arrived without any finish_reason; nothing executed",
+                        usage=usage,
+                    )
+                )
+            else:
+                events.append(
+                    ProviderReportedFailure(
+                        FailureKind.STREAM_ENDED,
+                        "the stream ended without a finish_reason (no [DONE] either); "
+                        "nothing executed",
+                        usage=usage,
+                    )
+                )
+            return events
+        if finish == "tool_calls" or finish == "stop":
+            self._identify_calls(events)
+            self._native_reasoning(events)
+            if finish == "tool_calls":
+                reason: str | None = FINISH_WITH_CALLS
+            else:
+                reason = None if self._calls else FINISH_WITHOUT_CALLS
+            events.append(ResponseCompleted(reason, usage))
+        elif finish == "length":
+            self._identify_calls(events)  # a truncated call can then be paired (--recover)
+            events.append(
+                ProviderReportedFailure(
+                    FailureKind.RESPONSE_INCOMPLETE,
+                    "response incomplete: finish_reason length (the output token limit)",
+                    "length",
+                    usage,
+                    truncated=True,
+                )
+            )
+        elif finish == "content_filter":
+            events.append(
+                ProviderReportedFailure(
+                    FailureKind.RESPONSE_INCOMPLETE,
+                    "response incomplete: finish_reason content_filter",
+                    "content_filter",
+                    usage,
+                )
+            )
+        elif finish == "error":
+            events.append(
+                ProviderReportedFailure(
+                    FailureKind.PROVIDER_ERROR,
+                    "provider error: finish_reason error",
+                    "error",
+                    usage,
+                )
+            )
+        else:
+            events.append(
+                ProviderReportedFailure(
+                    FailureKind.LIFECYCLE,
+                    f"finish_reason {finish!r} is not a successful completion",
+                    finish,
+                    usage,
+                )
+            )
+        return events
+
+    def _identify_calls(self, events: list[StreamEvent]) -> None:
+        for call in self._calls:
+            if not call.call_id:
+                call.call_id = synthesized_call_id(self._response_id, call.key)
+                events.append(ToolCallIdentified(call.key, call.call_id))
+
+    def _native_reasoning(self, events: list[StreamEvent]) -> None:
+        if self._reasoning_content:
+            text = "".join(self._reasoning_content)
+            events.append(NativeOutput("reasoning", {"reasoning_content": text}, len(text)))
+        if self._details:
+            item = {"reasoning_details": list(self._details.values())}
+            size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+            events.append(NativeOutput("reasoning", item, size))
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _start_synthesized(self, events: list[StreamEvent] | None) -> list[StreamEvent]:
+        events = [] if events is None else events
+        if not self._started:
+            self._started = True
+            self._response_id = "chatcmpl-lockgate-" + secrets.token_hex(6)
+            events.append(ResponseStarted(response_id=self._response_id))
+        return events
+
+    def _with_start(
+        self, events: list[StreamEvent] | None, failure: ProviderReportedFailure
+    ) -> Sequence[StreamEvent]:
+        events = self._start_synthesized(events)
+        events.append(failure)
+        return events
+
+    def _typed_usage(self) -> Usage | None:
+        return None if self._usage is None else _usage(self._usage)
+
+
+def _content_parts(parts: list[Any], produced: list[StreamEvent]) -> None:
+    """Mistral's typed content parts: text is text, thinking is raw reasoning."""
+    for part in parts:
+        if type(part) is not dict:
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            text = part.get("text")
+            if type(text) is str and text:
+                produced.append(TextDelta(text))
+        elif kind == "thinking":
+            inner = part.get("thinking")
+            if type(inner) is not list:
+                continue
+            for piece in inner:
+                if type(piece) is dict and piece.get("type") == "text":
+                    text = piece.get("text")
+                    if type(text) is str and text:
+                        produced.append(ReasoningDelta(text, "raw"))
+
+
+def _count(value: object) -> int:
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    """Typed usage from a Chat `usage` object (missing or odd fields count as 0)."""
+    prompt_details = raw.get("prompt_tokens_details")
+    prompt_details = prompt_details if type(prompt_details) is dict else {}
+    completion_details = raw.get("completion_tokens_details")
+    completion_details = completion_details if type(completion_details) is dict else {}
+    input_tokens = _count(raw.get("prompt_tokens"))
+    output_tokens = _count(raw.get("completion_tokens"))
+    return Usage(
+        input_tokens=input_tokens,
+        cached_input_tokens=_count(prompt_details.get("cached_tokens")),
+        output_tokens=output_tokens,
+        reasoning_tokens=_count(completion_details.get("reasoning_tokens")),
+        total_tokens=_count(raw.get("total_tokens")) or input_tokens + output_tokens,
+    )

@@ -1,0 +1,836 @@
+"""Chat Completions in the lab: replies rendered as OpenAI streams them (data-only chunks,
+`data: [DONE]`), the non-streaming `chat.completion`, OpenAI error bodies, and the quirks of
+compatible servers that decide whether a tool runs (`protocols.md` §2a), each as a scenario
+on the accept side or the fail-closed side.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from ...errors import FailureKind
+from ...lab.protocol import Frame
+from ...lab.reply import (
+    Broken,
+    Call,
+    OpeningError,
+    ProviderTool,
+    Refuse,
+    Reply,
+    ReplyUsage,
+    Say,
+    Think,
+    split,
+)
+from ...lab.scenario import EDIT_FIX, Expectation, Observation, Scenario, failure
+from ...lab.script import Turn
+from ..openai.lab import openai_error_body, openai_reset_headers
+
+CREATED = 1_760_000_000
+DONE: Frame = {"raw": "data: [DONE]\n\n"}
+DEFAULT_USAGE = ReplyUsage()
+
+
+def usage_object(usage: ReplyUsage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    }
+
+
+class ChunkBuilder:
+    """Authors a Chat Completions stream chunk by chunk, as OpenAI sends it."""
+
+    def __init__(self, response_id: str, model: str = "gpt-4.1-mini") -> None:
+        self.response_id = response_id
+        self.model = model
+        self.events: list[Frame] = []
+
+    def chunk(
+        self, delta: Mapping[str, Any] | None = None, finish: str | None = None, **extra: Any
+    ) -> ChunkBuilder:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "delta": dict(delta or {}),
+            "logprobs": None,
+            "finish_reason": finish,
+        }
+        return self.raw_chunk({"choices": [choice], **extra})
+
+    def raw_chunk(self, body: Mapping[str, Any]) -> ChunkBuilder:
+        self.events.append(
+            {
+                "id": self.response_id,
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": self.model,
+                "system_fingerprint": "fp_lab",
+                **body,
+            }
+        )
+        return self
+
+    def start(self, content: str | None = "") -> ChunkBuilder:
+        return self.chunk({"role": "assistant", "content": content, "refusal": None})
+
+    def text(self, text: str, pieces: int = 4) -> ChunkBuilder:
+        for piece in split(text, pieces):
+            self.chunk({"content": piece})
+        return self
+
+    def call(
+        self,
+        index: int,
+        call_id: str,
+        name: str,
+        arguments: str,
+        pieces: int = 5,
+        *,
+        cut: bool = False,
+    ) -> ChunkBuilder:
+        self.chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": ""},
+                    }
+                ]
+            }
+        )
+        sent = split(arguments, pieces)
+        if cut:
+            sent = sent[: max(1, len(sent) // 2)]
+        for piece in sent:
+            self.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        return self
+
+    def finish(
+        self, reason: str, usage: ReplyUsage | None = DEFAULT_USAGE, *, done: bool = True
+    ) -> ChunkBuilder:
+        self.chunk({}, reason)
+        if usage is not None:
+            self.raw_chunk({"choices": [], "usage": usage_object(usage)})
+        if done:
+            self.events.append(DONE)
+        return self
+
+    def turn(self) -> Turn:
+        return Turn(events=tuple(self.events))
+
+
+def render(reply: Reply) -> list[Frame]:
+    builder = ChunkBuilder(reply.response_id, reply.model)
+    builder.start(None if reply.calls and not any(isinstance(p, Say) for p in reply.parts) else "")
+    index = 0
+    for part in reply.sent_parts:
+        if isinstance(part, Say):
+            builder.text(part.text, part.pieces)
+        elif isinstance(part, Think):
+            for piece in split(part.text, part.pieces):
+                builder.chunk({"reasoning_content": piece})
+        elif isinstance(part, Refuse):
+            for piece in split(part.text, 2):
+                builder.chunk({"refusal": piece})
+        elif isinstance(part, Call):
+            builder.call(
+                index, part.call_id, part.name, part.argument_text, part.pieces, cut=part.cut
+            )
+            index += 1
+        elif isinstance(part, Broken):
+            builder.events.append(
+                {"raw": 'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "un\n\n'}
+            )
+        elif isinstance(part, ProviderTool):
+            raise ValueError("Chat Completions has no provider-executed tools")
+    if reply.ending == "complete":
+        builder.finish("tool_calls" if reply.calls else "stop", reply.usage)
+    elif reply.ending == "truncated":
+        builder.finish("length", reply.usage)
+    elif reply.ending in ("error", "failed"):
+        builder.events.append(
+            {
+                "error": {
+                    "message": reply.error_message,
+                    "type": "server_error",
+                    "param": None,
+                    "code": reply.error_code,
+                }
+            }
+        )
+    elif reply.ending == "paused":
+        raise ValueError("Chat Completions has no paused responses")
+    return builder.events
+
+
+class ChatLab:
+    """The Chat Completions side of the lab and of `lockgate serve --provider chat`."""
+
+    provider = "chat"
+    path = "/v1/chat/completions"
+
+    def base_url(self, origin: str) -> str:
+        return f"{origin}/v1"
+
+    def events(self, reply: Reply) -> list[Frame]:
+        return render(reply)
+
+    def frame(self, event: Frame) -> bytes:
+        if "raw" in event and len(event) == 1:
+            return str(event["raw"]).encode()
+        if "sse_event" in event:  # a named event (Groq's `event: error`)
+            body = {k: v for k, v in event.items() if k != "sse_event"}
+            data = json.dumps(body, separators=(",", ":"))
+            return f"event: {event['sse_event']}\ndata: {data}\n\n".encode()
+        return f"data: {json.dumps(event, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
+
+    def endless_event(self, kind: Literal["text", "unknown"]) -> Frame:
+        if kind == "text":
+            return {
+                "id": "chatcmpl-endless",
+                "choices": [{"index": 0, "delta": {"content": "more "}}],
+            }
+        return {"id": "chatcmpl-endless", "object": "chat.completion.chunk", "choices": []}
+
+    def completion(self, reply: Reply) -> dict[str, Any]:
+        text = "".join(p.text for p in reply.parts if isinstance(p, Say))
+        refusal = "".join(p.text for p in reply.parts if isinstance(p, Refuse))
+        calls = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.argument_text},
+            }
+            for c in reply.calls
+        ]
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": text or None,
+            "refusal": refusal or None,
+        }
+        if calls:
+            message["tool_calls"] = calls
+        finish = {"complete": "tool_calls" if calls else "stop", "truncated": "length"}.get(
+            reply.ending, "stop"
+        )
+        body: dict[str, Any] = {
+            "id": reply.response_id,
+            "object": "chat.completion",
+            "created": CREATED,
+            "model": reply.model,
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            ],
+        }
+        if reply.usage is not None:
+            body["usage"] = usage_object(reply.usage)
+        return body
+
+    def error_body(self, error: OpeningError) -> dict[str, Any]:
+        return openai_error_body(error)
+
+    def reset_headers(self, seconds: float) -> dict[str, str]:
+        return openai_reset_headers(seconds)
+
+    def is_streaming(self, body: object) -> bool:
+        return isinstance(body, dict) and body.get("stream") is True
+
+    def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
+        messages = list(request.get("messages", []))
+        for index, message in enumerate(messages):
+            calls = message.get("tool_calls") or []
+            if message.get("role") != "assistant" or call_id not in [c.get("id") for c in calls]:
+                continue
+            for following in messages[index + 1 : index + 1 + len(calls)]:
+                if following.get("role") == "tool" and following.get("tool_call_id") == call_id:
+                    return str(following.get("content", ""))
+            return None
+        return None
+
+    @property
+    def scenarios(self) -> Sequence[Scenario]:
+        return CHAT_SCENARIOS
+
+
+# --- Chat's own scenarios: the quirks of compatible servers --------------------------------
+
+ONLY = frozenset({"chat"})
+EDIT_JSON = json.dumps(EDIT_FIX)
+READ_README = json.dumps({"path": "README.md"})
+_FIXED = Expectation("model_finished", attempts=2, tools_executed=1, fixed=True, closed_early=0)
+_TWO_TOOLS = Expectation("model_finished", attempts=2, tools_executed=2, closed_early=0)
+_DISCOVERED = Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0)
+
+
+def _then_answer(*turns: Turn) -> list[Turn]:
+    answer = ChunkBuilder("chatcmpl-answer").start().text("Fixed.").finish("stop")
+    return [*turns, answer.turn()]
+
+
+def _edit(builder: ChunkBuilder | None = None) -> ChunkBuilder:
+    builder = builder or ChunkBuilder("chatcmpl-edit")
+    return builder.start(None).call(0, "call_1", "edit", EDIT_JSON)
+
+
+def no_done_turns() -> list[Turn]:
+    return _then_answer(_edit().finish("tool_calls", done=False).turn())
+
+
+def stop_with_calls_turns() -> list[Turn]:
+    return _then_answer(_edit().finish("stop").turn())
+
+
+def parallel_index_zero_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-ollama").start(None)
+    builder.call(0, "call_a", "discover", "{}").call(0, "call_b", "read", READ_README)
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def repeated_ids_names_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-deepseek").start(None)
+    for piece in split(EDIT_JSON, 4):
+        fragment = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "edit", "arguments": piece},
+        }
+        builder.chunk({"tool_calls": [fragment]})
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def missing_ids_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-gemini").start(None)
+    builder.chunk(
+        {
+            "tool_calls": [
+                {"id": "", "type": "function", "function": {"name": "edit", "arguments": EDIT_JSON}}
+            ]
+        },
+        "stop",
+    )
+    builder.raw_chunk({"choices": [], "usage": usage_object(ReplyUsage())}).events.append(DONE)
+    return _then_answer(builder.turn())
+
+
+def check_synthesized_id(observation: Observation) -> list[str]:
+    messages = list(observation.requests[1].get("messages", []))
+    assistant = [m for m in messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    if not assistant:
+        return ["the call was not replayed"]
+    call_id = assistant[0]["tool_calls"][0].get("id")
+    if not call_id:
+        return ["the replayed call has no id"]
+    if observation.protocol.tool_result(observation.requests[1], call_id) is None:
+        return [f"no tool message answers the synthesized id {call_id!r}"]
+    return []
+
+
+def no_index_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-mistral").start(None)
+    builder.chunk(
+        {
+            "tool_calls": [
+                {"id": "aB3dE5gH7", "function": {"name": "discover", "arguments": "{}"}},
+                {"id": "zY9xW7vU5", "function": {"name": "read", "arguments": READ_README}},
+            ]
+        }
+    )
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def whole_call_with_finish_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-groq").start(None)
+    fragment = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "edit", "arguments": EDIT_JSON},
+    }
+    builder.chunk({"tool_calls": [fragment]}, "tool_calls").events.append(DONE)
+    return _then_answer(builder.turn())
+
+
+def arguments_object_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-llamacpp").start(None)
+    fragment = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "edit", "arguments": EDIT_FIX},
+    }
+    builder.chunk({"tool_calls": [fragment]})
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def null_arguments_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-vllm").start(None)
+    builder.chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "discover", "arguments": None},
+                }
+            ]
+        }
+    )
+    return [
+        builder.finish("tool_calls").turn(),
+        ChunkBuilder("chatcmpl-2").start().text("Done.").finish("stop").turn(),
+    ]
+
+
+def name_after_arguments_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-late-name").start(None)
+    half = len(EDIT_JSON) // 2
+    builder.chunk(
+        {
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "call_1",
+                    "function": {"name": "", "arguments": EDIT_JSON[:half]},
+                }
+            ]
+        }
+    )
+    builder.chunk(
+        {"tool_calls": [{"index": 0, "function": {"name": "edit", "arguments": EDIT_JSON[half:]}}]}
+    )
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def index_gap_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-sglang").start(None)
+    builder.call(3, "call_a", "discover", "{}").call(7, "call_b", "read", READ_README)
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def multiple_finish_turns() -> list[Turn]:
+    builder = _edit(ChunkBuilder("chatcmpl-openrouter"))
+    builder.chunk({}, "tool_calls").chunk({}, "tool_calls", usage=usage_object(ReplyUsage()))
+    builder.raw_chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": None}]})
+    builder.events.append(DONE)
+    return _then_answer(builder.turn())
+
+
+def envelope_noise_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-azure")
+    builder.events.append(
+        {
+            "id": "",
+            "object": "",
+            "created": 0,
+            "model": "",
+            "choices": [],
+            "prompt_filter_results": [{"prompt_index": 0}],
+        }
+    )
+    builder.start(None)
+    builder.events.append({"raw": ": OPENROUTER PROCESSING\n\n"})
+    builder.raw_chunk(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "edit", "arguments": ""},
+                            }
+                        ]
+                    },
+                    "finish_reason": None,
+                }
+            ],
+            "usage": None,
+            "obfuscation": "x1y2",
+            "p": "abcdefgh",
+        }
+    )
+    for piece in split(EDIT_JSON, 3):
+        builder.raw_chunk(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]},
+                    }
+                ],
+                "p": "abc",
+            }
+        )
+    builder.raw_chunk(
+        {"choices": [{"index": 0, "finish_reason": None, "content_filter_results": {}}]}
+    )
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def choice_index_one_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-writer")
+    for piece in ("The bug ", "is in add."):
+        builder.raw_chunk(
+            {"choices": [{"index": 1, "delta": {"content": piece}, "finish_reason": None}]}
+        )
+    builder.raw_chunk({"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}]})
+    return [builder.turn()]
+
+
+def groq_usage_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-groq-usage").start().text("Counted.")
+    usage = {"prompt_tokens": 100, "completion_tokens": 7, "total_tokens": 107}
+    builder.chunk({}, "stop", x_groq={"id": "req_1", "usage": usage}).events.append(DONE)
+    return [builder.turn()]
+
+
+def check_groq_usage(observation: Observation) -> list[str]:
+    usage = observation.usage
+    if usage is None or (usage.input_tokens, usage.output_tokens, usage.total_tokens) != (
+        100,
+        7,
+        107,
+    ):
+        return [f"usage {usage}, expected input=100 output=7 total=107 from x_groq.usage"]
+    return []
+
+
+def reasoning_content_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-deepseek-think", "deepseek-reasoner").start(None)
+    for piece in ("Look at ", "the files."):
+        builder.chunk({"reasoning_content": piece})
+    builder.call(0, "call_1", "discover", "{}")
+    answer = (
+        ChunkBuilder("chatcmpl-deepseek-2", "deepseek-reasoner")
+        .start()
+        .text("Done.")
+        .finish("stop")
+    )
+    return [builder.finish("tool_calls").turn(), answer.turn()]
+
+
+def check_reasoning_content(observation: Observation) -> list[str]:
+    messages = list(observation.requests[1].get("messages", []))
+    assistant = [m for m in messages if m.get("role") == "assistant"]
+    if not assistant or assistant[0].get("reasoning_content") != "Look at the files.":
+        return ["the assistant turn that made calls did not carry its reasoning_content back"]
+    return []
+
+
+# fail-closed side
+
+
+def eof_before_finish_turns() -> list[Turn]:
+    return [_edit().turn()]
+
+
+def done_without_finish_turns() -> list[Turn]:
+    builder = _edit()
+    builder.events.append(DONE)
+    return [builder.turn()]
+
+
+def tool_calls_without_call_turns() -> list[Turn]:
+    return [ChunkBuilder("chatcmpl-x").start().text("Nothing to call.").finish("tool_calls").turn()]
+
+
+def cut_arguments_turns() -> list[Turn]:
+    builder = (
+        ChunkBuilder("chatcmpl-vllm-cut").start(None).call(0, "call_1", "edit", EDIT_JSON, cut=True)
+    )
+    return [builder.finish("tool_calls").turn()]
+
+
+def content_filter_turns() -> list[Turn]:
+    return [_edit().finish("content_filter").turn()]
+
+
+def finish_error_turns() -> list[Turn]:
+    return [_edit().finish("error").turn()]
+
+
+def error_payload_turns() -> list[Turn]:
+    builder = (
+        ChunkBuilder("chatcmpl-err").start(None).call(0, "call_1", "edit", EDIT_JSON, cut=True)
+    )
+    builder.events.append(
+        {
+            "error": {
+                "message": "The server had an error.",
+                "type": "server_error",
+                "param": None,
+                "code": None,
+            }
+        }
+    )
+    return [builder.turn()]
+
+
+def choice_error_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-choice-err").start(None).call(0, "call_1", "edit", EDIT_JSON)
+    builder.raw_chunk(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {},
+                    "finish_reason": "error",
+                    "error": {"message": "upstream failed", "code": 502},
+                }
+            ]
+        }
+    )
+    builder.events.append(DONE)
+    return [builder.turn()]
+
+
+def groq_event_error_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-groq-err").start(None)
+    builder.events.append(
+        {
+            "sse_event": "error",
+            "error": {
+                "message": "Failed to call a function.",
+                "type": "invalid_request_error",
+                "code": "tool_use_failed",
+            },
+        }
+    )
+    return [builder.turn()]
+
+
+def error_after_finish_turns() -> list[Turn]:
+    builder = _edit(ChunkBuilder("chatcmpl-openrouter-err"))
+    builder.chunk({}, "tool_calls")
+    builder.raw_chunk(
+        {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": None}],
+            "error": {"code": 400, "message": "Token limit reached"},
+        }
+    )
+    builder.events.append(DONE)
+    return [builder.turn()]
+
+
+def two_choices_turns() -> list[Turn]:
+    builder = ChunkBuilder("chatcmpl-n2").start(None).call(0, "call_1", "edit", EDIT_JSON)
+    builder.raw_chunk(
+        {"choices": [{"index": 1, "delta": {"content": "another answer"}, "finish_reason": None}]}
+    )
+    return [builder.finish("tool_calls").turn()]
+
+
+def conflicting_finish_turns() -> list[Turn]:
+    builder = _edit().chunk({}, "length")
+    return [builder.finish("tool_calls").turn()]
+
+
+def merged_parallel_turns() -> list[Turn]:
+    # Two calls to the same tool at index 0 without ids: indistinguishable, so their
+    # arguments run together and the batch fails closed.
+    builder = ChunkBuilder("chatcmpl-old-ollama").start(None)
+    for arguments in (READ_README, json.dumps({"path": "calculator.py"})):
+        builder.chunk(
+            {"tool_calls": [{"index": 0, "function": {"name": "read", "arguments": arguments}}]}
+        )
+    return [builder.finish("tool_calls").turn()]
+
+
+def _s(name: str, summary: str, expect: Expectation, turns: Any, **kw: Any) -> Scenario:
+    return Scenario(f"chat-{name}", summary, expect, turns, protocols=ONLY, **kw)
+
+
+CHAT_SCENARIOS: tuple[Scenario, ...] = (
+    _s(
+        "no-done",
+        "finish, then the body ends without [DONE] (Writer, GPUStack): accepted",
+        _FIXED,
+        no_done_turns,
+    ),
+    _s(
+        "stop-with-calls",
+        "finish_reason stop with a call (named tool_choice, Gemini, Ollama): the call runs",
+        _FIXED,
+        stop_with_calls_turns,
+    ),
+    _s(
+        "parallel-index-zero",
+        "two calls both at index 0, told apart by new ids (Ollama): both run",
+        _TWO_TOOLS,
+        parallel_index_zero_turns,
+    ),
+    _s(
+        "repeated-ids-names",
+        "id and name repeated on every fragment (DeepSeek, sglang): set, not concatenated",
+        _FIXED,
+        repeated_ids_names_turns,
+    ),
+    _s(
+        "missing-ids",
+        'calls with id "" and no index (Gemini): a stable synthesized id, replayed',
+        _FIXED,
+        missing_ids_turns,
+        check=check_synthesized_id,
+    ),
+    _s(
+        "no-index",
+        "two calls in one delta without index, each with an id (Mistral): both run",
+        _TWO_TOOLS,
+        no_index_turns,
+    ),
+    _s(
+        "whole-call-one-chunk",
+        "a whole call and the finish in one chunk (Groq, Ollama, xAI): the call runs",
+        _FIXED,
+        whole_call_with_finish_turns,
+    ),
+    _s(
+        "arguments-object",
+        "arguments sent as a JSON object (llama.cpp): serialized once, the call runs",
+        _FIXED,
+        arguments_object_turns,
+    ),
+    _s(
+        "null-arguments",
+        "arguments null for a tool without parameters (vLLM, Qwen3): {}",
+        _DISCOVERED,
+        null_arguments_turns,
+    ),
+    _s(
+        "name-after-arguments",
+        "the name arrives after the first arguments: the call runs",
+        _FIXED,
+        name_after_arguments_turns,
+    ),
+    _s(
+        "index-gap",
+        "call indexes 3 and 7 (sglang): keys, not positions; both run",
+        _TWO_TOOLS,
+        index_gap_turns,
+    ),
+    _s(
+        "multiple-finish",
+        "the finish twice, then a null finish (OpenRouter): idempotent",
+        _FIXED,
+        multiple_finish_turns,
+    ),
+    _s(
+        "envelope-noise",
+        "Azure's empty first chunk, comments, usage null, obfuscation, p, a choice without "
+        "delta: tolerated",
+        _FIXED,
+        envelope_noise_turns,
+    ),
+    _s(
+        "choice-index-one",
+        "the single choice at index 1 (Writer): accepted",
+        Expectation("model_finished", 1, 0, answer="The bug is in add.", closed_early=0),
+        choice_index_one_turns,
+    ),
+    _s(
+        "groq-usage",
+        "usage only in x_groq.usage: counted",
+        Expectation("model_finished", 1, 0, closed_early=0),
+        groq_usage_turns,
+        check=check_groq_usage,
+    ),
+    _s(
+        "reasoning-content-replay",
+        "reasoning_content on a turn that made calls goes back to the same producer (DeepSeek)",
+        _DISCOVERED,
+        reasoning_content_turns,
+        check=check_reasoning_content,
+    ),
+    _s(
+        "eof-before-finish",
+        "the body ends before any finish_reason",
+        failure(FailureKind.STREAM_ENDED, closed_early=0),
+        eof_before_finish_turns,
+    ),
+    _s(
+        "done-without-finish",
+        "[DONE] with no finish_reason at all (Snowflake, LM Studio)",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        done_without_finish_turns,
+    ),
+    _s(
+        "tool-calls-without-call",
+        "finish_reason tool_calls but no call",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        tool_calls_without_call_turns,
+    ),
+    _s(
+        "cut-arguments",
+        "finish tool_calls on a call cut off by the token limit (vLLM): the batch fails",
+        failure(FailureKind.INVALID_BATCH, closed_early=0),
+        cut_arguments_turns,
+    ),
+    _s(
+        "content-filter",
+        "finish_reason content_filter",
+        failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
+        content_filter_turns,
+    ),
+    _s(
+        "finish-error",
+        "finish_reason error",
+        failure(FailureKind.PROVIDER_ERROR, closed_early=0),
+        finish_error_turns,
+    ),
+    _s(
+        "error-payload",
+        'an {"error": …} payload inside the 200 stream (OpenAI)',
+        failure(FailureKind.PROVIDER_ERROR, closed_early=0),
+        error_payload_turns,
+    ),
+    _s(
+        "choice-error",
+        "choices[0].error with finish_reason error (OpenRouter)",
+        failure(FailureKind.PROVIDER_ERROR, closed_early=0),
+        choice_error_turns,
+    ),
+    _s(
+        "event-error",
+        "an `event: error` frame in the data-only stream (Groq)",
+        failure(FailureKind.PROVIDER_ERROR, closed_early=0),
+        groq_event_error_turns,
+    ),
+    _s(
+        "error-after-finish",
+        "an error chunk after the finish, then [DONE] (OpenRouter)",
+        failure(FailureKind.PROVIDER_ERROR, closed_early=0),
+        error_after_finish_turns,
+    ),
+    _s(
+        "two-choices",
+        "two choice indexes carry content",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        two_choices_turns,
+    ),
+    _s(
+        "conflicting-finish",
+        "finish length, then tool_calls",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        conflicting_finish_turns,
+    ),
+    _s(
+        "merged-parallel",
+        "two calls to one tool at index 0 without ids: indistinguishable, the batch fails",
+        failure(FailureKind.INVALID_BATCH, closed_early=0),
+        merged_parallel_turns,
+    ),
+)
+
+__all__ = ["CHAT_SCENARIOS", "ChatLab", "ChunkBuilder", "render"]
