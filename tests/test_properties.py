@@ -27,7 +27,7 @@ from lockgate.tools import ToolError
 
 from .helpers import replay_client
 
-EXAMPLES = {"fragmentation": 600, "corruption": 1500, "opening": 400}
+EXAMPLES = {"fragmentation": 300, "corruption": 800, "opening": 400}
 SCHEMAS = {tool.name: Draft202012Validator(dict(tool.parameters)) for tool in ALL_TOOLS}
 HISTORY = [Message("user", "go")]
 
