@@ -2,6 +2,59 @@
 
 A complete, validated response can request an action. An incomplete response cannot
 accidentally execute one.
+
+The public surface is listed in `__all__`; names are imported on first use, so that
+`import lockgate` (and the CLI's `--help`) stays fast.
 """
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+_EXPORTS = {
+    "StreamingModelClient": "client",
+    "ModelClient": "client",
+    "Message": "conversation",
+    "ToolCall": "conversation",
+    "ToolSpec": "conversation",
+    "Usage": "conversation",
+    "RunResult": "conversation",
+    "FailureKind": "errors",
+    "ResponseFailure": "errors",
+    "OpenFailure": "errors",
+    "GateLimits": "gate",
+    "RetryPolicy": "retry",
+    "run_agent": "loop",
+    "ToolExecutor": "tools",
+    "ToolError": "tools",
+    "PROVIDERS": "providers",
+    "Provider": "providers",
+    "CodecOptions": "providers",
+    "TransportOptions": "providers",
+    "Redactor": "credentials",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:
+    from .client import ModelClient, StreamingModelClient
+    from .conversation import Message, RunResult, ToolCall, ToolSpec, Usage
+    from .credentials import Redactor
+    from .errors import FailureKind, OpenFailure, ResponseFailure
+    from .gate import GateLimits
+    from .loop import run_agent
+    from .providers import PROVIDERS, CodecOptions, Provider, TransportOptions
+    from .retry import RetryPolicy
+    from .tools import ToolError, ToolExecutor
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lockgate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,57 @@
+"""The README's promises that can be checked mechanically: its scenario table lists every
+lab scenario in the order the lab runs them, and its library example runs as written."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from lockgate.lab.scenarios import SCENARIOS, text_turn
+from lockgate.providers import PROVIDERS
+
+from .helpers import ServerThread
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_scenario_table_is_the_labs_own_order() -> None:
+    table = README.split("The scenarios, in the order", 1)[1].split("### `lockgate serve", 1)[0]
+    pattern = r"^\| `([a-z0-9-]+)`(?: \(http only\))? \| (all|[a-z, ]+) \|"
+    rows = re.findall(pattern, table, re.M)
+    assert [name for name, _ in rows] == [scenario.name for scenario in SCENARIOS]
+    for (name, protocols), scenario in zip(rows, SCENARIOS, strict=True):
+        expected = "all" if scenario.protocols is None else ", ".join(sorted(scenario.protocols))
+        assert protocols == expected, name
+        http_only = f"| `{name}` (http only) |" in README
+        assert http_only == (scenario.transports == frozenset({"http"})), name
+
+
+def test_every_registered_provider_is_documented() -> None:
+    for name, entry in PROVIDERS.items():
+        assert f"| `{name}`" in README
+        assert entry.key_variable in README
+        assert entry.default_model in README
+
+
+def test_the_library_example_runs_as_written() -> None:
+    code = README.split("## Using the library\n\n```python\n", 1)[1].split("```", 1)[0]
+    with ServerThread([text_turn("chatcmpl-readme", "Hello.")], provider="chat") as running:
+        environment = {
+            **os.environ,
+            "OPENAI_API_KEY": "sk-readme-example",
+            "OPENAI_BASE_URL": running.base_url,
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("()")  # a text answer: no tool calls
+    assert "DecisionReady" in result.stdout
