@@ -1,7 +1,8 @@
 """Hostile servers and impatient users, against the real CLI in a subprocess.
 
-Peak memory is measured from the kernel's accounting of the child (`wait4` rusage), and
-interruption is a real SIGINT.
+Peak memory is measured from the kernel's accounting of the child (`wait4` rusage, taken by
+a small launcher so that the child's figure is not this process's), and interruption is a
+real SIGINT.
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from benchmarks.hostile import run_cli
 
 from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import EDIT_FIX, cancellation_turns
@@ -38,45 +39,14 @@ class Finished:
 
 
 def run_measured(base_url: str, *extra: str, timeout: float = 60) -> Finished:
-    env = {**os.environ, "OPENAI_API_KEY": FAKE_KEY}
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        started = time.monotonic()
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "lockgate",
-                "run",
-                "--base-url",
-                base_url,
-                "--allow-execution",
-                *extra,
-            ],
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-        deadline = started + timeout
-        while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                process.kill()
-                process.wait()
-                pytest.fail("lockgate run did not finish in time")
-            time.sleep(0.02)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return Finished(
-            process.returncode,
-            out.read(),
-            err.read(),
-            usage.ru_maxrss / 1024,
-            time.monotonic() - started,
-        )
+    """`lockgate run --base-url URL --allow-execution EXTRA`, its peak RSS its own: not
+    inherited from this (possibly big) test process (see `benchmarks.hostile.run_cli`)."""
+    result = run_cli(base_url, *extra, key=FAKE_KEY, timeout=timeout)
+    if result.exit_code == -9:
+        pytest.fail("lockgate run did not finish in time")
+    return Finished(
+        result.exit_code, result.stdout, result.stderr, result.peak_rss_mib, result.seconds
+    )
 
 
 def partial_edit() -> ResponseBuilder:

@@ -21,13 +21,15 @@ import signal
 import sys
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 from . import __version__
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from .conversation import Usage
     from .credentials import Redactor
     from .display import HumanDisplay, JsonLinesDisplay
@@ -61,10 +63,26 @@ class Interrupted(KeyboardInterrupt):
 _SECRETS: list[str] = []  # the key, once read: redacted from any last-resort message
 
 
+def _one_line(text: str) -> str:
+    """`text` as one printable line: line breaks, escape sequences and other controls (in
+    an argument, a path, a server's words) shown as escapes, never acted on."""
+    from .display import visible
+
+    return visible(text, multiline=False)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        """One line, never the whole usage: `lockgate run: error: … (see lockgate run -h)`."""
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        """One line, never the whole usage: `lockgate run: error: … (see lockgate run -h)`.
+        argparse quotes some arguments raw (`unrecognized arguments: …`): made visible."""
+        line = _one_line(f"{self.prog}: error: {message} (see {self.prog} --help)")
+        self.exit(EXIT_USAGE, line + "\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse's, but a failed write (`--help` into a full disk or a closed pipe)
+        is an output error, not silently ignored."""
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def _number(
@@ -120,7 +138,9 @@ def _loopback_host(text: str) -> str:
 
 def _base_url(text: str) -> str:
     """An http(s) URL with a host, a valid port and no user:password part."""
-    if not text or any(c.isspace() or not c.isprintable() for c in text):
+    if not text:
+        raise argparse.ArgumentTypeError("the URL is empty")
+    if any(c.isspace() or not c.isprintable() for c in text):
         raise argparse.ArgumentTypeError("the URL must not contain spaces or control characters")
     try:
         parts = urllib.parse.urlsplit(text)
@@ -378,9 +398,26 @@ def _read_api_key(provider: Provider, args: argparse.Namespace) -> str:
     if problem is not None:
         raise UsageError(f"{variable}: {problem}; no request was made")
     _SECRETS.append(key)
-    os.environ.pop(variable, None)
+    _forget_variable(variable)
     _protect_process_memory()
     return key
+
+
+def _forget_variable(variable: str) -> None:
+    """Remove `variable` from the environment. On Linux its value is first overwritten in
+    place: `unsetenv` only unlinks it, and the process's initial environment block (what
+    `/proc/<pid>/environ` shows, readable by root even when non-dumpable) keeps it."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+            libc.getenv.restype = ctypes.c_void_p
+            libc.getenv.argtypes = [ctypes.c_char_p]
+            address = libc.getenv(os.fsencode(variable))
+            if address:
+                ctypes.memset(address, 0, len(ctypes.string_at(address)))
+    os.environ.pop(variable, None)
 
 
 def _protect_process_memory() -> None:
@@ -406,6 +443,22 @@ def _check_run_options(provider: Provider, args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} is not available with --provider {provider.name}")
     if args.recovery_budget is not None and not args.recover:
         raise UsageError("--recovery-budget needs --recover")
+    _check_base_url_variable(provider, args)
+
+
+def _check_base_url_variable(provider: Provider, args: argparse.Namespace) -> None:
+    """Without `--base-url` the SDK reads its own variable (`OPENAI_BASE_URL`,
+    `ANTHROPIC_BASE_URL`): held to the same rules as the flag, before any request."""
+    if args.base_url is not None or not provider.key_variable.endswith("_API_KEY"):
+        return
+    variable = provider.key_variable.removesuffix("_API_KEY") + "_BASE_URL"
+    value = os.environ.get(variable)
+    if value is None:
+        return
+    try:
+        _base_url(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{variable}: {exc} (or give --base-url); no request was made") from None
 
 
 def _retry_policy(args: argparse.Namespace) -> RetryPolicy:
@@ -462,9 +515,10 @@ async def _run_live(args: argparse.Namespace, provider: Provider, api_key: str) 
         deadline=args.deadline,
         redactor=redact,
     )
+    # The signals are flags before the directory exists and until it is removed.
     with (
-        _temporary_directory("lockgate-run-") as parent,
         _interrupt_signal() as interrupted,
+        _temporary_directory("lockgate-run-") as parent,
     ):
         try:
             outcome = await run_session(
@@ -550,13 +604,39 @@ def _lab_record(result: LabResult) -> dict[str, Any]:
     }
 
 
+async def _until_interrupted(work: Awaitable[int]) -> int:
+    """`work`'s exit code; SIGINT/SIGTERM cancel it instead of raising wherever the code
+    happens to be (so that its temporary directories are always removed): then 130."""
+    with _interrupt_signal() as interrupted:
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(interrupted.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            print("stopped: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        return task.result()
+
+
 async def _run_lab(args: argparse.Namespace) -> int:
+    return await _until_interrupted(_lab(args))
+
+
+async def _lab(args: argparse.Namespace) -> int:
     from .credentials import Redactor
     from .display import JsonLinesDisplay
     from .lab.runner import lab_runs, run_scenario
     from .lab.scenarios import SCENARIOS_BY_NAME
     from .session import SessionOutcome
 
+    with _temporary_directory("lockgate-lab-"):
+        pass  # every run needs one: a missing temporary directory is said once, up front
     providers = _provider_names() if args.provider == "all" else [args.provider]
     if args.scenario is None:
         runs = lab_runs(None, providers, args.transport)
@@ -632,6 +712,8 @@ async def _serve(args: argparse.Namespace) -> int:
                 raw = handle.read(MAX_SCRIPT_BYTES + 1)
         except OSError as exc:
             raise UsageError(f"cannot read script {args.script}: {exc.strerror}") from None
+        except ValueError as exc:  # e.g. a NUL byte in the path
+            raise UsageError(f"cannot read script {args.script!r}: {exc}") from None
         if len(raw) > MAX_SCRIPT_BYTES:
             raise UsageError(f"script {args.script} is larger than {MAX_SCRIPT_BYTES} bytes")
         try:
@@ -649,7 +731,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 )
             provider = script.provider
         turns = script.turns
-        name = str(args.script)
+        name = _one_line(str(args.script))  # a path may hold any byte
     else:
         scenario = SCENARIOS_BY_NAME.get(args.scenario)
         if scenario is None:
@@ -709,6 +791,41 @@ def _run_command(args: argparse.Namespace) -> int:
     return asyncio.run(_run_lab(args))
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    try:
+        return build_parser().parse_args(argv)
+    except SystemExit:
+        # `--help` and `--version` wrote to stdout (argparse ignores write errors): a full
+        # disk must still be an output error, not a silent exit 0.
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        raise
+
+
+def _interrupted() -> int:
+    # CPython marks a KeyboardInterrupt that escaped an `exec()` of a string (dataclasses
+    # and namedtuple build their methods that way, so an import can be interrupted there)
+    # as unhandled, and then kills the process with SIGINT at exit whatever it returns;
+    # a successful `exec()` of a string clears that mark.
+    exec("None")
+    with contextlib.suppress(Exception):
+        print("stopped: interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether `exc` wraps a Ctrl-C or SIGTERM (Python wraps an exception raised while a
+    class is created, e.g. `RuntimeError: Error calling __set_name__`)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The console entry point: every outcome is an exit code and at most one line on
     stderr, never a traceback."""
@@ -718,15 +835,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if sys.stderr is not None:
                 print("lockgate: standard output is not open", file=sys.stderr)
             return EXIT_OUTPUT
-        args = build_parser().parse_args(argv)
+        args = _parse(argv)
         return _run_command(args)
     except UsageError as exc:
-        print(f"lockgate: {exc}", file=sys.stderr)
+        print(f"lockgate: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except (KeyboardInterrupt, Interrupted):
-        with contextlib.suppress(Exception):
-            print("stopped: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted()
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
         with contextlib.suppress(OSError):
             devnull = os.open(os.devnull, os.O_WRONLY)
@@ -737,6 +852,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"lockgate: I/O error: {exc.strerror or type(exc).__name__}", file=sys.stderr)
         return EXIT_OUTPUT
     except Exception as exc:  # a last line of defence: one line, never a traceback
+        if _caused_by_interrupt(exc):
+            return _interrupted()
         return _internal_error(exc)
 
 

@@ -85,6 +85,8 @@ class _Watchdog:
         if not self.fired:
             return False
         self.fired = False
+        # Firing ended the timer: start it again, for the next attempt's silence.
+        self._handle = self._loop.call_at(self._loop.time() + self.idle, self._check)
         return self._task.uncancel() <= self._cancelling
 
     def stop(self) -> None:

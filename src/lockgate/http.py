@@ -8,8 +8,13 @@ their HTTP client is built, the same way for every provider:
 - error bodies are read under a cap, *decompressed* bytes counted: the SDKs read a non-2xx
   body whole before raising, so a 1 GiB (or gzip-bombed) error body would otherwise be held
   in memory; what fits is kept, so the JSON error of any real provider is classified as
-  before;
+  before; a body that breaks off keeps what arrived (the status is still the status, not a
+  connection error);
 - finite, positive timeouts only (a NaN timer never fires);
+- an HTTP backend's own errors that the SDK does not know (aiohttp's `ClientResponseError`
+  for a response head with too many or too long header lines) become an
+  `httpx2.RemoteProtocolError`, so the SDK reports a connection error instead of letting a
+  foreign exception escape;
 - proxy variables honoured or ignored (`trust_env`; the lab's own loopback server ignores
   them);
 - the aiohttp-backed client (the SDKs' `DefaultAioHttpClient`) or their httpx one.
@@ -17,7 +22,9 @@ their HTTP client is built, the same way for every provider:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from typing import Any
 
 import httpx2
@@ -43,6 +50,13 @@ def check_timeout(value: float, name: str) -> float:
     return float(value)
 
 
+def _backend_error(exc: Exception) -> bool:
+    """Whether `exc` is an HTTP backend's own error (aiohttp's, when it is loaded)."""
+    aiohttp = sys.modules.get("aiohttp")
+    client_error = getattr(aiohttp, "ClientError", None)
+    return isinstance(client_error, type) and isinstance(exc, client_error)
+
+
 async def _capped(response: httpx2.Response, cap: int) -> httpx2.Response:
     """The same response with at most `cap` decoded bytes of its body, already read; the
     connection of the original is closed (its rest is never read)."""
@@ -54,8 +68,15 @@ async def _capped(response: httpx2.Response, cap: int) -> httpx2.Response:
             if len(kept) > cap:
                 truncated = True
                 break
+    except Exception as exc:
+        # The body broke off (a reset, a short body, bad gzip): the status still stands,
+        # with what arrived of the body, rather than becoming a connection error.
+        if not isinstance(exc, httpx2.HTTPError | OSError) and not _backend_error(exc):
+            raise
+        truncated = True
     finally:
-        await response.aclose()
+        with contextlib.suppress(Exception):
+            await response.aclose()
     headers = httpx2.Headers(response.headers)
     for name in _BODY_HEADERS:
         headers.pop(name, None)
@@ -72,15 +93,21 @@ async def _capped(response: httpx2.Response, cap: int) -> httpx2.Response:
 
 class _BoundedErrorBodies:
     """Mixed into an SDK's HTTP client class: every non-2xx response's body is capped
-    before the SDK reads it."""
+    before the SDK reads it, and backend errors become httpx2 errors."""
 
     error_body_cap = ERROR_BODY_CAP_BYTES
 
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
         stream = kwargs.pop("stream", False)
-        response: httpx2.Response = await super().send(  # type: ignore[misc]
-            request, stream=True, **kwargs
-        )
+        try:
+            response: httpx2.Response = await super().send(  # type: ignore[misc]
+                request, stream=True, **kwargs
+            )
+        except Exception as exc:
+            if isinstance(exc, httpx2.HTTPError) or not _backend_error(exc):
+                raise
+            message = f"{type(exc).__name__}: {exc}"
+            raise httpx2.RemoteProtocolError(message, request=request) from exc
         if not response.is_success:
             return await _capped(response, self.error_body_cap)
         if not stream:

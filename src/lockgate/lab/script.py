@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -38,6 +39,7 @@ MAX_FRAGMENT_BYTES = 1024 * 1024
 MAX_STALL_SECONDS = 3600.0
 MAX_DRIP_MS = 10_000
 MAX_GIANT_FRAME_BYTES = 16 * 1024**3
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def _whole(value: object, name: str, minimum: int = 0, maximum: int | None = None) -> None:
@@ -221,6 +223,35 @@ class ScriptError(ValueError):
     """A script file that is not a valid list of turns."""
 
 
+def _has_lone_surrogate(document: object) -> bool:
+    """Whether any string (key or value) in the parsed document is not valid Unicode text
+    (iterative: the document's depth is already bounded, but no recursion is needed)."""
+    stack = [document]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, str):
+            if not current.isascii() and _SURROGATES.search(current):
+                return True
+        elif isinstance(current, dict):
+            stack.extend(current.keys())
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return False
+
+
+def _no_constant(name: str) -> object:
+    """`NaN`, `Infinity` and `-Infinity` (Python's json accepts them; JSON does not)."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # e.g. 1e999, which float() makes infinite
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
 def load_script(text: str) -> Script:
     """Parse the JSON script format: `{"provider": "chat", "turns": [turn, ...]}` (or a bare
     list of turns). Every value is checked here, so a script that loads plays.
@@ -231,13 +262,18 @@ def load_script(text: str) -> Script:
     "ending", "usage"}, "faults": {...}}`.
     """
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:
         raise ScriptError("nested too deeply") from None
     except ValueError as exc:
         raise ScriptError(f"not valid JSON: {exc}") from None
     if too_deep(document, MAX_SCRIPT_DEPTH):
         raise ScriptError(f"nested deeper than {MAX_SCRIPT_DEPTH} levels")
+    if _has_lone_surrogate(document):
+        raise ScriptError(
+            "a string holds a lone surrogate (such as \\ud800), which cannot be sent as "
+            'UTF-8; send it as a JSON escape inside a {"raw": "..."} frame'
+        )
     provider: str | None = None
     if isinstance(document, dict):
         unknown = set(document) - {"provider", "turns"}

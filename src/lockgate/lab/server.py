@@ -92,6 +92,10 @@ class ScriptedServer:
             await self._handle(reader, writer)
         except asyncio.CancelledError:
             writer.transport.abort()  # shutting down: drop the connection quietly
+        except Exception as exc:  # never a traceback from a connection: one line, dropped
+            writer.transport.abort()
+            if self.log is not None:
+                self.log(f"connection dropped: {type(exc).__name__}: {exc}")
         finally:
             if task is not None:
                 self._tasks.discard(task)
