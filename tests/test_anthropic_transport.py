@@ -17,11 +17,12 @@ from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
+from lockgate.http import encode_body
 from lockgate.lab.script import fragments
 from lockgate.providers.anthropic import PROVIDER
 from lockgate.providers.anthropic.codec import AnthropicCodec
 from lockgate.providers.anthropic.lab import MessageBuilder, sse_bytes
-from lockgate.providers.anthropic.transport import AnthropicTransport, encode_body
+from lockgate.providers.anthropic.transport import AnthropicTransport
 from lockgate.providers.base import TransportOptions
 
 from .helpers import EDIT, Recorder

@@ -72,7 +72,8 @@ async def test_a_non_streaming_request_gets_the_json_completion() -> None:
     assert completion.choices[0].finish_reason == "stop"
 
 
-def test_run_with_the_chat_provider_repairs_the_fixture() -> None:
+@pytest.mark.parametrize("http_client", ["aiohttp", "httpx"])
+def test_run_with_the_chat_provider_repairs_the_fixture(http_client: str) -> None:
     with ServerThread(repair_turns(), provider="chat") as running:
         result = run_lockgate(
             "run",
@@ -81,6 +82,8 @@ def test_run_with_the_chat_provider_repairs_the_fixture() -> None:
             "--base-url",
             running.base_url,
             "--allow-execution",
+            "--http-client",
+            http_client,
             key="sk-chat-run-test",
         )
         assert running.server is not None

@@ -37,7 +37,29 @@ _EXPORTS = {
     "Redactor": "credentials",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "PROVIDERS",
+    "CodecOptions",
+    "FailureKind",
+    "GateLimits",
+    "Message",
+    "ModelClient",
+    "OpenFailure",
+    "Provider",
+    "Redactor",
+    "ResponseFailure",
+    "RetryPolicy",
+    "RunResult",
+    "StreamingModelClient",
+    "ToolCall",
+    "ToolError",
+    "ToolExecutor",
+    "ToolSpec",
+    "TransportOptions",
+    "Usage",
+    "__version__",
+    "run_agent",
+]
 
 if TYPE_CHECKING:
     from .client import ModelClient, StreamingModelClient

@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import tempfile
-import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
@@ -138,23 +137,11 @@ def _loopback_host(text: str) -> str:
 
 def _base_url(text: str) -> str:
     """An http(s) URL with a host, a valid port and no user:password part."""
-    if not text:
-        raise argparse.ArgumentTypeError("the URL is empty")
-    if any(c.isspace() or not c.isprintable() for c in text):
-        raise argparse.ArgumentTypeError("the URL must not contain spaces or control characters")
-    try:
-        parts = urllib.parse.urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL with a host")
-    if parts.username is not None or parts.password is not None:
-        raise argparse.ArgumentTypeError(
-            "the URL must not carry user:password (the key comes from the environment)"
-        )
-    if port == 0:
-        raise argparse.ArgumentTypeError(f"{text!r} has port 0")
+    from .http import base_url_problem
+
+    problem = base_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -256,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="with --recover: stop after N recoveries in a row (default 2)",
+    )
+    run.add_argument(
+        "--http-client",
+        choices=["aiohttp", "httpx"],
+        default="aiohttp",
+        help="the SDK's HTTP client: aiohttp-backed (default, the faster) or httpx",
     )
     retry = run.add_argument_group(
         "retry owner (environment: LOCKGATE_RETRY_ATTEMPTS, _BASE_DELAY, _MAX_DELAY, _JITTER)"
@@ -449,9 +442,9 @@ def _check_run_options(provider: Provider, args: argparse.Namespace) -> None:
 def _check_base_url_variable(provider: Provider, args: argparse.Namespace) -> None:
     """Without `--base-url` the SDK reads its own variable (`OPENAI_BASE_URL`,
     `ANTHROPIC_BASE_URL`): held to the same rules as the flag, before any request."""
-    if args.base_url is not None or not provider.key_variable.endswith("_API_KEY"):
+    if args.base_url is not None:
         return
-    variable = provider.key_variable.removesuffix("_API_KEY") + "_BASE_URL"
+    variable = provider.base_url_variable
     value = os.environ.get(variable)
     if value is None:
         return
@@ -504,6 +497,7 @@ async def _run_live(args: argparse.Namespace, provider: Provider, api_key: str) 
             api_key=api_key,
             base_url=args.base_url,
             read_timeout=args.idle_timeout + SDK_READ_TIMEOUT_MARGIN_SECONDS,
+            backend=args.http_client,
         )
     )
     client = StreamingModelClient(

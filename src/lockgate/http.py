@@ -23,17 +23,26 @@ their HTTP client is built, the same way for every provider:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx2
 
+from .errors import StreamInterrupted
+
 __all__ = [
     "ERROR_BODY_CAP_BYTES",
     "TRUNCATED_HEADER",
+    "RawStream",
+    "base_url_problem",
     "bounded_client",
     "check_timeout",
+    "describe",
+    "encode_body",
 ]
 
 ERROR_BODY_CAP_BYTES = 64 * 1024
@@ -48,6 +57,59 @@ def check_timeout(value: float, name: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive, finite number of seconds")
     return float(value)
+
+
+def base_url_problem(text: str) -> str | None:
+    """None for an http(s) URL with a host, a valid port and no `user:password@` (the key
+    comes from the environment, never from the URL); else a one-line reason."""
+    if not text:
+        return "the URL is empty"
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return "the URL must not contain spaces or control characters"
+    try:
+        parts = urllib.parse.urlsplit(text)
+        port = parts.port
+    except ValueError as exc:
+        return f"{text!r} is not a valid URL ({exc})"
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        return f"{text!r} is not an http(s) URL with a host"
+    if parts.username is not None or parts.password is not None:
+        return "the URL must not carry user:password (the key comes from the environment)"
+    if port == 0:
+        return f"{text!r} has port 0"
+    return None
+
+
+def encode_body(request: Mapping[str, Any]) -> bytes:
+    """A request as UTF-8 JSON, sent as the codec built it. A lone surrogate (model output
+    can carry one) becomes its JSON escape instead of failing the encoding."""
+    text = json.dumps(request, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: first line of the message` (for connection and stream errors)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+class RawStream:
+    """The raw body of one streaming response (an `httpx2.Response`, whatever the SDK)."""
+
+    __slots__ = ("_response",)
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_bytes():
+                yield chunk
+        except Exception as exc:
+            raise StreamInterrupted(describe(exc)) from None
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
 
 
 def _backend_error(exc: Exception) -> bool:

@@ -96,8 +96,14 @@ class TransportOptions:
     http_transport: httpx2.AsyncBaseTransport | None = None
 
     def __post_init__(self) -> None:
-        from ..http import check_timeout
+        from ..credentials import api_key_problem
+        from ..http import base_url_problem, check_timeout
 
+        problem = api_key_problem(self.api_key)  # refused before any request, never echoed
+        if problem is not None:
+            raise ValueError(f"api_key: {problem}")
+        if self.base_url is not None and (problem := base_url_problem(self.base_url)):
+            raise ValueError(f"base_url: {problem}")
         check_timeout(self.timeout, "timeout")
         if self.read_timeout is not None:
             check_timeout(self.read_timeout, "read_timeout")
@@ -117,6 +123,7 @@ class Provider:
     name: str
     title: str
     key_variable: str
+    base_url_variable: str  # the SDK's own variable for the base URL (used without --base-url)
     default_model: str
     base_url_hint: str  # what `--base-url` looks like for this provider
     make_codec: Callable[[CodecOptions], ProviderCodec]

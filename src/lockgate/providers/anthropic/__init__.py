@@ -39,6 +39,7 @@ PROVIDER = Provider(
     name="anthropic",
     title="Anthropic Messages",
     key_variable="ANTHROPIC_API_KEY",
+    base_url_variable="ANTHROPIC_BASE_URL",
     default_model=DEFAULT_MODEL,
     base_url_hint="https://api.anthropic.com",
     make_codec=_codec,

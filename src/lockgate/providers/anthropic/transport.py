@@ -28,68 +28,27 @@ typed stream): the decoder reports it.
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import anthropic
 import httpx2
 
-from ...credentials import Redactor, api_key_problem
-from ...errors import OpenFailure, StreamInterrupted
-from ...http import bounded_client
+from ...credentials import Redactor
+from ...errors import OpenFailure
+from ...http import RawStream, bounded_client, describe, encode_body
 from ..base import TransportOptions
 from .errors import classify_anthropic_failure
 
-__all__ = ["PATH", "AnthropicTransport", "RawStream", "check_key", "describe", "encode_body"]
+__all__ = ["PATH", "AnthropicTransport"]
 
 PATH = "/v1/messages"
-
-
-def encode_body(request: Mapping[str, Any]) -> bytes:
-    """The request as UTF-8 JSON. A lone surrogate (model output can carry one) becomes its
-    JSON escape instead of failing the encoding."""
-    text = json.dumps(request, ensure_ascii=False, separators=(",", ":"))
-    return text.encode("utf-8", "backslashreplace")
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: first line of the message` (for connection and stream errors)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def check_key(api_key: str) -> None:
-    """A key that cannot travel in a header is refused before any request, without echo."""
-    problem = api_key_problem(api_key)
-    if problem is not None:
-        raise ValueError(f"api_key: {problem}")
-
-
-class RawStream:
-    """The raw body of one streaming response (an `httpx2.Response`)."""
-
-    __slots__ = ("_response",)
-
-    def __init__(self, response: httpx2.Response) -> None:
-        self._response = response
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_bytes():
-                yield chunk
-        except Exception as exc:
-            raise StreamInterrupted(describe(exc)) from None
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
 
 
 class AnthropicTransport:
     """Opens `POST {base_url}/v1/messages` streams with the `anthropic` SDK."""
 
     def __init__(self, options: TransportOptions) -> None:
-        check_key(options.api_key)
         self.redactor = Redactor([options.api_key])
         self._closed = False
         base = (

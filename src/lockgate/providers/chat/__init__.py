@@ -34,6 +34,7 @@ PROVIDER = Provider(
     name="chat",
     title="OpenAI Chat Completions",
     key_variable="OPENAI_API_KEY",
+    base_url_variable="OPENAI_BASE_URL",
     default_model="gpt-4.1-mini",
     base_url_hint="https://api.openai.com/v1",
     make_codec=_codec,

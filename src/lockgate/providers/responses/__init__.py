@@ -33,6 +33,7 @@ PROVIDER = Provider(
     name="responses",
     title="OpenAI Responses",
     key_variable="OPENAI_API_KEY",
+    base_url_variable="OPENAI_BASE_URL",
     default_model="gpt-4.1-mini",
     base_url_hint="https://api.openai.com/v1",
     make_codec=_codec,
