@@ -8,6 +8,10 @@ def run() -> None:
     try:
         from .cli import main
     except KeyboardInterrupt:
+        # An interrupt inside an `exec()` of a string (dataclasses build methods that way)
+        # leaves CPython's "unhandled" mark, which kills the process with SIGINT at exit;
+        # a successful `exec()` of a string clears it.
+        exec("None")
         sys.exit(130)
     sys.exit(main())
 

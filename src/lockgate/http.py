@@ -27,17 +27,24 @@ import json
 import math
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx2
 
-from .errors import StreamInterrupted
+from .credentials import Redactor
+from .errors import OpenFailure, StreamInterrupted
+
+if TYPE_CHECKING:
+    from .providers.base import ErrorClassifier, TransportOptions
 
 __all__ = [
     "ERROR_BODY_CAP_BYTES",
+    "SDK",
     "TRUNCATED_HEADER",
     "RawStream",
+    "SDKTransport",
     "base_url_problem",
     "bounded_client",
     "check_timeout",
@@ -200,3 +207,81 @@ def bounded_client(
         options["transport"] = transport
     client: httpx2.AsyncClient = bounded(**options)
     return client
+
+
+@dataclass(frozen=True, slots=True)
+class SDK:
+    """What a provider's official SDK supplies to `SDKTransport`: its async client class,
+    its two HTTP client classes, its stream class and its two exception types (the official
+    SDKs share these shapes)."""
+
+    client: Callable[..., Any]
+    aiohttp_client: type[httpx2.AsyncClient]
+    httpx_client: type[httpx2.AsyncClient]
+    stream: Any
+    status_error: type[Exception]
+    connection_error: type[Exception]
+
+
+class SDKTransport:
+    """Opens `POST {base_url}{path}` streams through a provider's official SDK: the SDK owns
+    auth, base URL, default headers and status mapping (`max_retries=0`); the request body is
+    sent as the codec built it, and the raw response body is handed to lockgate's decoder.
+    The credential header is pinned, so an SDK's custom-headers variable cannot replace it.
+    """
+
+    def __init__(
+        self,
+        options: TransportOptions,
+        sdk: SDK,
+        path: str,
+        classify: ErrorClassifier,
+    ) -> None:
+        self.redactor = Redactor([options.api_key])
+        self._sdk = sdk
+        self._path = path
+        self._classify = classify
+        self._closed = False
+        use_aiohttp = options.backend == "aiohttp" and options.http_transport is None
+        read_timeout = options.read_timeout or options.timeout
+        self._client = sdk.client(
+            api_key=options.api_key,
+            base_url=options.base_url,
+            max_retries=0,
+            timeout=httpx2.Timeout(options.timeout, read=read_timeout),
+            default_headers={"Authorization": f"Bearer {options.api_key}"},
+            http_client=bounded_client(
+                sdk.aiohttp_client if use_aiohttp else sdk.httpx_client,
+                timeout=options.timeout,
+                read_timeout=read_timeout,
+                trust_env=options.trust_env,
+                transport=options.http_transport,
+            ),
+        )
+
+    async def open(self, request: Mapping[str, Any]) -> RawStream:
+        if self._closed:
+            raise OpenFailure("the transport is closed; no request made", retryable=False)
+        try:
+            # With `cast_to=httpx2.Response` the SDK hands back the unread response.
+            response = await self._client.post(
+                self._path,
+                cast_to=httpx2.Response,
+                content=encode_body(request),
+                stream=True,
+                stream_cls=self._sdk.stream,
+            )
+        except self._sdk.status_error as exc:
+            status = getattr(exc, "status_code", 0)
+            body = getattr(exc, "body", None)
+            headers = getattr(getattr(exc, "response", None), "headers", {})
+            raise self._classify(status, body, headers) from None
+        except self._sdk.connection_error as exc:  # includes the SDK's timeout error
+            cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
+            message = self.redactor(f"connection failed: {describe(cause)}")
+            raise OpenFailure(message, retryable=True) from None
+        return RawStream(cast(httpx2.Response, response))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._client.close()

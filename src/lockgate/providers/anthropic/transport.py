@@ -28,73 +28,28 @@ typed stream): the decoder reports it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
-
 import anthropic
-import httpx2
 
-from ...credentials import Redactor
-from ...errors import OpenFailure
-from ...http import RawStream, bounded_client, describe, encode_body
+from ...http import SDK, SDKTransport
 from ..base import TransportOptions
 from .errors import classify_anthropic_failure
 
-__all__ = ["PATH", "AnthropicTransport"]
+__all__ = ["ANTHROPIC_SDK", "PATH", "AnthropicTransport"]
 
 PATH = "/v1/messages"
 
+ANTHROPIC_SDK = SDK(
+    client=anthropic.AsyncAnthropic,
+    aiohttp_client=anthropic.DefaultAioHttpClient,
+    httpx_client=anthropic.DefaultAsyncHttpxClient,
+    stream=anthropic.AsyncStream[object],
+    status_error=anthropic.APIStatusError,  # `.body` is the whole JSON error document
+    connection_error=anthropic.APIConnectionError,
+)
 
-class AnthropicTransport:
+
+class AnthropicTransport(SDKTransport):
     """Opens `POST {base_url}/v1/messages` streams with the `anthropic` SDK."""
 
     def __init__(self, options: TransportOptions) -> None:
-        self.redactor = Redactor([options.api_key])
-        self._closed = False
-        base = (
-            anthropic.DefaultAioHttpClient
-            if options.backend == "aiohttp" and options.http_transport is None
-            else anthropic.DefaultAsyncHttpxClient
-        )
-        read_timeout = options.read_timeout or options.timeout
-        self._client = anthropic.AsyncAnthropic(
-            api_key=options.api_key,
-            base_url=options.base_url,
-            max_retries=0,
-            timeout=httpx2.Timeout(options.timeout, read=read_timeout),
-            default_headers={"Authorization": f"Bearer {options.api_key}"},
-            http_client=bounded_client(
-                base,
-                timeout=options.timeout,
-                read_timeout=read_timeout,
-                trust_env=options.trust_env,
-                transport=options.http_transport,
-            ),
-        )
-
-    async def open(self, request: Mapping[str, Any]) -> RawStream:
-        if self._closed:
-            raise OpenFailure("the transport is closed; no request made", retryable=False)
-        try:
-            # With `cast_to=httpx2.Response` the SDK hands back the unread response.
-            response = await self._client.post(
-                PATH,
-                cast_to=httpx2.Response,
-                content=encode_body(request),
-                stream=True,
-                stream_cls=anthropic.AsyncStream[object],
-            )
-        except anthropic.APIStatusError as exc:
-            # `.body` is the whole JSON document (`{"type": "error", "error": {…}}`).
-            raise classify_anthropic_failure(
-                exc.status_code, exc.body, exc.response.headers
-            ) from None
-        except anthropic.APIConnectionError as exc:  # includes APITimeoutError
-            cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
-            message = self.redactor(f"connection failed: {describe(cause)}")
-            raise OpenFailure(message, retryable=True) from None
-        return RawStream(cast(httpx2.Response, response))
-
-    async def aclose(self) -> None:
-        self._closed = True
-        await self._client.close()
+        super().__init__(options, ANTHROPIC_SDK, PATH, classify_anthropic_failure)
