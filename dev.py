@@ -2,7 +2,7 @@
 """Developer entry point: installs the locked dependencies on first use, then runs a command.
 
     python3 dev.py lab [ARGS...]    run `lockgate lab` (any lockgate subcommand works)
-    python3 dev.py test [ARGS...]   run the test suite (pytest)
+    python3 dev.py test [ARGS...]   run the test suite (pytest, on every core; -n 0: one process)
     python3 dev.py check            ruff lint, ruff format check, strict mypy
     python3 dev.py bench            run the benchmarks
 
@@ -83,7 +83,14 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     python = str(_venv_bin("python"))
     if command == "test":
-        return _run([python, "-m", "pytest", *rest])
+        # The suite is mostly waiting on subprocesses and sockets: spread it over the cores
+        # (pytest-xdist), unless the caller chose otherwise.
+        spread = (
+            []
+            if any(a == "-n" or a.startswith(("-n", "--numprocesses")) for a in rest)
+            else ["-n", "auto"]
+        )
+        return _run([python, "-m", "pytest", *spread, *rest])
     if command == "check":
         for step in (
             [python, "-m", "ruff", "check", "."],

@@ -1628,3 +1628,114 @@ def test_version_answers_at_once() -> None:
         assert result.stdout.startswith("lockgate ")
     print(f"--version: best of 3 {min(timings):.3f} s")
     assert min(timings) < 0.6
+
+
+# --- findings of the review of the whole change -------------------------------------------
+
+
+def test_a_server_timestamp_never_crashes_the_classifier() -> None:
+    from lockgate.providers.anthropic.errors import classify_anthropic_failure
+    from lockgate.retry import seconds_until_timestamp
+
+    body = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}
+    for stamp in ("0001-01-01T00:00:00", "9999-12-31T23:59:59+14:00", "2026-13-40T00:00:00"):
+        headers = {
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": stamp,
+        }
+        failure = classify_anthropic_failure(429, body, headers, now=1_800_000_000)
+        assert failure.retryable
+    # A timestamp without a zone is UTC, whatever the machine's zone.
+    assert seconds_until_timestamp("2027-01-01T00:00:10", 1798761600.0) == 10.0
+
+
+async def test_a_classifier_failure_is_an_opening_failure_not_a_crash() -> None:
+    import httpx2
+
+    from lockgate.http import SDKTransport
+    from lockgate.providers.openai.transport import OPENAI_SDK
+
+    def explode(status: int, body: object, headers: object) -> Any:
+        raise ValueError("a classifier bug")
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(429, json={"error": {"message": "x"}})
+
+    options = TransportOptions(
+        api_key=KEY,
+        base_url="http://provider.test/v1",
+        http_transport=httpx2.MockTransport(handler),
+    )
+    transport = SDKTransport(options, OPENAI_SDK, "/responses", explode)
+    client = StreamingModelClient(ResponsesCodec("m"), transport)
+    try:
+        with pytest.raises(ResponseFailure) as caught:
+            await client.complete([Message("user", "go")], ALL_TOOLS)
+    finally:
+        await client.aclose()
+    assert caught.value.kind is FailureKind.OPENING
+    assert "HTTP 429" in caught.value.message
+
+
+async def test_a_history_the_codec_refuses_is_a_response_failure() -> None:
+    class Refusing(ResponsesCodec):
+        def encode(self, history: Any, tools: Any) -> dict[str, Any]:
+            raise ValueError("refusing to send a reasoning item without its following item")
+
+    client, transport, _ = replay_client([text_turn()])
+    client.codec = Refusing("m")
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert caught.value.kind is FailureKind.OPENING
+    assert transport.requests == []  # no request was made
+
+
+def test_provider_items_are_never_read_as_messages_by_the_orphan_guard() -> None:
+    from lockgate.providers.responses.codec import check_no_orphan_reasoning
+
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    opaque = {"type": "web_search_call", "role": "user", "id": "ws_1"}  # hostile, opaque
+    check_no_orphan_reasoning([reasoning, opaque, {"role": "assistant", "content": "x"}])
+
+
+def test_a_thinking_budget_below_the_apis_minimum_is_a_usage_error(cli: CLI) -> None:
+    result = cli("run", "--provider", "anthropic", "--thinking-budget", "10", key=KEY)
+    assert_one_line_usage_error(result)
+    assert "1024" in result.err
+
+
+async def test_the_deadline_holds_while_one_read_carries_an_event_flood() -> None:
+    from lockgate.providers.base import CodecOptions
+
+    frame = b'data: {"id":"c","object":"chat.completion.chunk","choices":[]}\n\n'
+
+    class Flood:
+        async def __aiter__(self) -> Any:
+            yield frame * 400_000  # one decompressed read holding 400,000 events
+
+        async def aclose(self) -> None:
+            return None
+
+    class FloodTransport:
+        async def open(self, request: Any) -> Flood:
+            return Flood()
+
+        async def aclose(self) -> None:
+            return None
+
+    codec = PROVIDERS["chat"].make_codec(CodecOptions("m"))
+    client = StreamingModelClient(codec, FloodTransport(), deadline=0.2, max_event_bytes=1 << 26)
+    started = time.monotonic()
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert caught.value.kind is FailureKind.DEADLINE
+    assert time.monotonic() - started < 1.0
+
+
+def test_streams_are_requested_uncompressed(cli: CLI) -> None:
+    with ServerThread([text_turn()]) as running:
+        result = cli("run", "--base-url", running.base_url, key=KEY)
+        assert running.server is not None
+        encodings = [r.headers.get("accept-encoding") for r in running.server.requests]
+    assert result.code == 0, result.err
+    assert encodings == ["identity"]

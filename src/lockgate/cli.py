@@ -48,7 +48,6 @@ EXIT_BROKEN_PIPE = 141
 SDK_READ_TIMEOUT_MARGIN_SECONDS = 5.0
 DEFAULT_IDLE_TIMEOUT_SECONDS = 60.0  # the client's defaults, repeated to keep imports lazy
 DEFAULT_DEADLINE_SECONDS = 600.0
-RESPONSES_ONLY = ("continuation", "encrypted_reasoning")
 
 
 class UsageError(Exception):
@@ -103,7 +102,9 @@ def _number(
     return parse
 
 
-_positive_int = _number(int, "a whole number", lambda v: 1 <= v <= 1_000_000, "must be 1 or more")
+_positive_int = _number(
+    int, "a whole number", lambda v: 1 <= v <= 1_000_000, "must be between 1 and 1000000"
+)
 _positive_seconds = _number(
     float, "a number of seconds", lambda v: 0 < v < 1e9, "must be a positive number of seconds"
 )
@@ -112,7 +113,15 @@ _non_negative_seconds = _number(
 )
 _fraction = _number(float, "a number", lambda v: 0 <= v < 1, "must be at least 0 and less than 1")
 _port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "must be between 0 and 65535")
-_tokens = _number(int, "a whole number", lambda v: 1 <= v <= 10_000_000, "must be 1 or more")
+_tokens = _number(
+    int, "a whole number", lambda v: 1 <= v <= 10_000_000, "must be between 1 and 10000000"
+)
+_thinking_tokens = _number(
+    int,
+    "a whole number",
+    lambda v: 1024 <= v <= 10_000_000,
+    "must be between 1024 (the API's minimum) and 10000000",
+)
 
 
 def _text(what: str) -> Callable[[str], str]:
@@ -229,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--thinking-budget",
-        type=_tokens,
+        type=_thinking_tokens,
         metavar="N",
         help="anthropic only: extended thinking with this token budget",
     )
@@ -483,15 +492,18 @@ async def _run_live(args: argparse.Namespace, provider: Provider, api_key: str) 
     display = _observer(args.json, redact)
     observer = fan_out(meter, display)
     reasoning = {None: None, "auto": None, "on": True, "off": False}[args.encrypted_reasoning]
-    codec = provider.make_codec(
-        CodecOptions(
-            args.model or provider.default_model,
-            max_output_tokens=args.max_output_tokens,
-            continuation=args.continuation or "stateless",
-            encrypted_reasoning=reasoning,
-            thinking_budget=args.thinking_budget,
+    try:
+        codec = provider.make_codec(
+            CodecOptions(
+                args.model or provider.default_model,
+                max_output_tokens=args.max_output_tokens,
+                continuation=args.continuation or "stateless",
+                encrypted_reasoning=reasoning,
+                thinking_budget=args.thinking_budget,
+            )
         )
-    )
+    except ValueError as exc:  # options this provider cannot take
+        raise UsageError(str(exc)) from None
     transport = provider.make_transport(
         TransportOptions(
             api_key=api_key,

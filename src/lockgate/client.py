@@ -52,9 +52,10 @@ class _Silence(Exception):
 
 class _Watchdog:
     """One timer per response for the silence limit, re-armed from a timestamp: touching it
-    on every read costs a clock read, and nothing is retained per chunk."""
+    on every read costs a clock read, and nothing is retained per chunk. Disarmed (while a
+    retry waits, or the stream is being closed) it holds no timer at all."""
 
-    __slots__ = ("_cancelling", "_handle", "_loop", "_task", "armed", "fired", "idle", "last")
+    __slots__ = ("_cancelling", "_handle", "_loop", "_task", "fired", "idle", "last")
 
     def __init__(self, idle: float) -> None:
         self._loop = asyncio.get_running_loop()
@@ -64,18 +65,29 @@ class _Watchdog:
         self._cancelling = task.cancelling()
         self.idle = idle
         self.last = self._loop.time()
-        self.armed = True
         self.fired = False
-        self._handle = self._loop.call_at(self.last + idle, self._check)
+        self._handle: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        """Start the silence limit from now."""
+        self.disarm()
+        self.last = self._loop.time()
+        self._handle = self._loop.call_at(self.last + self.idle, self._check)
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
     def touch(self) -> None:
         self.last = self._loop.time()
 
     def _check(self) -> None:
         due = self.last + self.idle
-        if not self.armed or self._loop.time() < due:
-            self._handle = self._loop.call_at(max(due, self._loop.time()) + 0.001, self._check)
+        if self._loop.time() < due:  # bytes arrived meanwhile: wait for the new due time
+            self._handle = self._loop.call_at(due, self._check)
             return
+        self._handle = None
         self.fired = True
         self._task.cancel()
 
@@ -85,16 +97,13 @@ class _Watchdog:
         if not self.fired:
             return False
         self.fired = False
-        # Firing ended the timer: start it again, for the next attempt's silence.
-        self._handle = self._loop.call_at(self._loop.time() + self.idle, self._check)
         return self._task.uncancel() <= self._cancelling
-
-    def stop(self) -> None:
-        self._handle.cancel()
 
 
 def _positive_finite(value: float, name: str) -> float:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float) and math.isfinite(value) and value > 0
+    ):
         raise ValueError(f"{name} must be a positive, finite number of seconds")
     return float(value)
 
@@ -132,6 +141,7 @@ class StreamingModelClient:
             redactor or getattr(transport, "redactor", None) or (lambda text: text)
         )
         self.opening_attempts = 0  # total over this client's life, for reports
+        self._deadline_at = 0.0  # loop time at which the current response's deadline falls
         self.closed = False
 
     async def aclose(self) -> None:
@@ -144,7 +154,12 @@ class StreamingModelClient:
         try:
             if self.closed:
                 raise ResponseFailure(FailureKind.OPENING, "the client is closed; no request made")
-            request = self.codec.encode(history, tools)
+            try:
+                request = self.codec.encode(history, tools)
+            except ValueError as exc:  # a history this provider cannot carry
+                raise ResponseFailure(
+                    FailureKind.OPENING, f"the request cannot be encoded, none made: {exc}"
+                ) from None
             decision = await self._complete(request, gate)
         except ResponseFailure as failure:
             failure.message = self.redact(failure.message)
@@ -159,6 +174,7 @@ class StreamingModelClient:
         try:
             async with asyncio.timeout(self.deadline) as whole:
                 watchdog = _Watchdog(self.idle_timeout)
+                self._deadline_at = asyncio.get_running_loop().time() + self.deadline
                 try:
                     return await self._attempts(request, gate, watchdog)
                 except asyncio.CancelledError:
@@ -169,7 +185,7 @@ class StreamingModelClient:
                         ) from None
                     raise
                 finally:
-                    watchdog.stop()
+                    watchdog.disarm()
         except TimeoutError:
             if not whole.expired():
                 raise
@@ -193,14 +209,13 @@ class StreamingModelClient:
                     raise
                 delay = self._delay(failure, attempt)
                 self.observer(Retrying(attempt + 1, attempts, delay, self.redact(failure.message)))
-                watchdog.armed = False
+                watchdog.disarm()
                 await self.sleep(delay)
                 gate.reset()
 
     async def _open(self, request: dict[str, object], watchdog: _Watchdog) -> ByteStream:
         self.opening_attempts += 1
-        watchdog.armed = True
-        watchdog.touch()
+        watchdog.arm()
         try:
             return await self.transport.open(request)
         except asyncio.CancelledError:
@@ -235,7 +250,7 @@ class StreamingModelClient:
         try:
             decision = await self._read(stream, gate, watchdog)
         except BaseException as exc:  # failure or cancellation: close, then propagate
-            watchdog.armed = False
+            watchdog.disarm()
             # The response already failed; that failure is what the caller sees.
             with contextlib.suppress(Exception):
                 await stream.aclose()
@@ -248,7 +263,7 @@ class StreamingModelClient:
                     kind=exc.kind,
                 ) from None
             raise
-        watchdog.armed = False
+        watchdog.disarm()
         try:
             await stream.aclose()
         except Exception as exc:
@@ -267,12 +282,18 @@ class StreamingModelClient:
         sse = SSEDecoder(self.max_event_bytes)
         decoder = self.codec.new_decoder()
         decision: Decision | None = None
+        clock = asyncio.get_running_loop().time
+        deadline_at = self._deadline_at
         async for chunk in stream:
             watchdog.touch()
-            decision = _advance(sse.feed(chunk), decoder, gate, decision)
+            # A huge read (a decompressed flood) is framed a slice at a time, so that the
+            # deadline is looked at while it is decoded.
+            pieces = (chunk,) if len(chunk) <= READ_SLICE_BYTES else _slices(chunk)
+            for piece in pieces:
+                decision = _advance(sse.feed(piece), decoder, gate, decision, clock, deadline_at)
             if decision is not None:
                 return decision
-        decision = _advance(sse.finish(), decoder, gate, decision)
+        decision = _advance(sse.finish(), decoder, gate, decision, clock, deadline_at)
         for event in decoder.end_of_stream():
             decision = gate.accept(event) or decision
         if decision is not None:
@@ -283,17 +304,33 @@ class StreamingModelClient:
         )
 
 
+DEADLINE_CHECK_EVERY = 512  # events decoded between two looks at the clock
+READ_SLICE_BYTES = 256 * 1024
+
+
+def _slices(chunk: bytes) -> list[bytes]:
+    return [chunk[i : i + READ_SLICE_BYTES] for i in range(0, len(chunk), READ_SLICE_BYTES)]
+
+
 def _advance(
     sse_events: list[ServerSentEvent],
     decoder: StreamDecoder,
     gate: ResponseGate,
     decision: Decision | None,
+    clock: Callable[[], float],
+    deadline_at: float,
 ) -> Decision | None:
     """Decode and gate every complete SSE event already received: after a decision, any
-    further event fails the response (the gate accepts nothing after the terminal event)."""
-    for sse_event in sse_events:
+    further event fails the response (the gate accepts nothing after the terminal event).
+    A read that holds very many events (a decompressed flood) is decoded without yielding,
+    so the deadline is checked here too, not only by the loop's timer."""
+    for number, sse_event in enumerate(sse_events, 1):
+        if not number % DEADLINE_CHECK_EVERY and clock() > deadline_at:
+            raise ResponseFailure(FailureKind.DEADLINE, "no complete response within the deadline")
         for event in decoder.decode(sse_event):
             result = gate.accept(event)
             if result is not None:
                 decision = result
+    if clock() > deadline_at:
+        raise ResponseFailure(FailureKind.DEADLINE, "no complete response within the deadline")
     return decision

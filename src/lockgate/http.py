@@ -221,6 +221,10 @@ class SDK:
     stream: Any
     status_error: type[Exception]
     connection_error: type[Exception]
+    credential_headers: Callable[[str], dict[str, str]]  # the header(s) the SDK sends the key in
+
+
+_STREAM_HEADERS = {"Accept-Encoding": "identity"}
 
 
 class SDKTransport:
@@ -249,7 +253,9 @@ class SDKTransport:
             base_url=options.base_url,
             max_retries=0,
             timeout=httpx2.Timeout(options.timeout, read=read_timeout),
-            default_headers={"Authorization": f"Bearer {options.api_key}"},
+            # The credential header is pinned (custom-header variables cannot replace it);
+            # streams are asked for uncompressed, so no server can inflate an event flood.
+            default_headers={**sdk.credential_headers(options.api_key), **_STREAM_HEADERS},
             http_client=bounded_client(
                 sdk.aiohttp_client if use_aiohttp else sdk.httpx_client,
                 timeout=options.timeout,
@@ -275,7 +281,11 @@ class SDKTransport:
             status = getattr(exc, "status_code", 0)
             body = getattr(exc, "body", None)
             headers = getattr(getattr(exc, "response", None), "headers", {})
-            raise self._classify(status, body, headers) from None
+            try:
+                failure = self._classify(status, body, headers)
+            except Exception:  # a classifier must never let server bytes crash the client
+                failure = OpenFailure(f"HTTP {status}", retryable=False, status=status)
+            raise failure from None
         except self._sdk.connection_error as exc:  # includes the SDK's timeout error
             cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
             message = self.redactor(f"connection failed: {describe(cause)}")

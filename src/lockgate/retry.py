@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 from .errors import FailureKind, OpenFailure
 
@@ -116,12 +116,15 @@ def parse_go_duration(text: str) -> float | None:
 
 
 def seconds_until_timestamp(text: str, now: float) -> float | None:
-    """An RFC 3339 / ISO 8601 timestamp → seconds from `now` (0 if past)."""
+    """An RFC 3339 / ISO 8601 timestamp → seconds from `now` (0 if past); one without a
+    zone is UTC. None for anything else (a server's header is never trusted to parse)."""
     try:
         moment = datetime.fromisoformat(text.strip())
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return max(0.0, moment.timestamp() - now)
+    except (ValueError, OverflowError, OSError):
         return None
-    return max(0.0, moment.timestamp() - now)
 
 
 def parse_retry_after(value: str, now: float) -> float | None:

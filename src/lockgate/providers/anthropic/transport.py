@@ -45,6 +45,8 @@ ANTHROPIC_SDK = SDK(
     stream=anthropic.AsyncStream[object],
     status_error=anthropic.APIStatusError,  # `.body` is the whole JSON error document
     connection_error=anthropic.APIConnectionError,
+    # anthropic 2.16 sends the key as a bearer token (`_api_key_auth`)
+    credential_headers=lambda key: {"Authorization": f"Bearer {key}"},
 )
 
 

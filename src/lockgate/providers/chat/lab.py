@@ -529,6 +529,60 @@ def check_reasoning_content(observation: Observation) -> list[str]:
     return []
 
 
+def reasoning_details_turns() -> list[Turn]:
+    """OpenRouter (Anthropic upstream): reasoning.text pieces at index 0, then the entry
+    that carries the signature; the merged list goes back unchanged with the call."""
+    builder = ChunkBuilder("gen-openrouter-think", "anthropic/claude-sonnet").start(None)
+    for piece in ("Read the ", "README first."):
+        detail = {"type": "reasoning.text", "text": piece, "index": 0, "format": "anthropic"}
+        builder.chunk({"reasoning": piece, "reasoning_details": [detail]})
+    signed = {"type": "reasoning.text", "signature": "sig-opaque==", "index": 0}
+    builder.chunk({"reasoning_details": [signed]})
+    builder.call(0, "call_1", "discover", "{}")
+    answer = ChunkBuilder("gen-openrouter-2", "anthropic/claude-sonnet").start()
+    return [builder.finish("tool_calls").turn(), answer.text("Done.").finish("stop").turn()]
+
+
+def check_reasoning_details(observation: Observation) -> list[str]:
+    messages = list(observation.requests[1].get("messages", []))
+    assistant = [m for m in messages if m.get("role") == "assistant"]
+    wanted = [
+        {
+            "type": "reasoning.text",
+            "text": "Read the README first.",
+            "index": 0,
+            "format": "anthropic",
+            "signature": "sig-opaque==",
+        }
+    ]
+    if not assistant or assistant[0].get("reasoning_details") != wanted:
+        got = assistant[0].get("reasoning_details") if assistant else None
+        return [f"reasoning_details were not replayed merged and unchanged: {got!r}"]
+    return []
+
+
+def typed_content_turns() -> list[Turn]:
+    """Mistral: `content` as a list of typed parts, thinking and text in one chunk."""
+    builder = ChunkBuilder("mistral-typed", "magistral-medium").start()
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "The tests say 5."}]}
+    builder.chunk({"content": [thinking, {"type": "text", "text": "The bug "}]})
+    builder.chunk({"content": [{"type": "text", "text": "is in add."}]})
+    return [builder.finish("stop").turn()]
+
+
+def fresh_chunk_ids_turns() -> list[Turn]:
+    """A proxy that sends a fresh id on every chunk: the id is no safety signal."""
+    builder = _edit(ChunkBuilder("chatcmpl-proxy-0")).finish("tool_calls")
+    frames: list[Frame] = []
+    for number, frame in enumerate(builder.events):
+        if "raw" in frame:
+            frames.append(frame)
+        else:
+            frames.append({**frame, "id": f"chatcmpl-proxy-{number}"})
+    answer = ChunkBuilder("chatcmpl-answer").start().text("Fixed.").finish("stop")
+    return [Turn(events=tuple(frames)), answer.turn()]
+
+
 # fail-closed side
 
 
@@ -752,6 +806,25 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = (
         _DISCOVERED,
         reasoning_content_turns,
         check=check_reasoning_content,
+    ),
+    _s(
+        "reasoning-details-replay",
+        "reasoning_details pieces and their signature (OpenRouter): merged, replayed unchanged",
+        _DISCOVERED,
+        reasoning_details_turns,
+        check=check_reasoning_details,
+    ),
+    _s(
+        "typed-content-parts",
+        "content as typed parts, thinking beside text (Mistral): the text parts are the answer",
+        Expectation("model_finished", 1, 0, answer="The bug is in add.", closed_early=0),
+        typed_content_turns,
+    ),
+    _s(
+        "fresh-chunk-ids",
+        "a fresh id on every chunk (proxies): not a safety signal, the call runs",
+        _FIXED,
+        fresh_chunk_ids_turns,
     ),
     _s(
         "eof-before-finish",

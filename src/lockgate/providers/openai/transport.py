@@ -34,6 +34,7 @@ OPENAI_SDK = SDK(
     stream=openai.AsyncStream[object],
     status_error=openai.APIStatusError,
     connection_error=openai.APIConnectionError,
+    credential_headers=lambda key: {"Authorization": f"Bearer {key}"},
 )
 
 

@@ -216,14 +216,14 @@ def encode_input(
 
 
 def check_no_orphan_reasoning(items: list[dict[str, Any]]) -> None:
-    """Every reasoning item must be followed by an item of the same assistant output."""
+    """Every reasoning item must be followed by an item of the same assistant output: not
+    by nothing, a function call's output or a user, system or developer message. (Judged by
+    the items lockgate itself writes: opaque provider items are never read.)"""
     for index, item in enumerate(items):
         if item.get("type") != "reasoning":
             continue
         following = items[index + 1] if index + 1 < len(items) else None
-        if (
-            following is None
-            or following.get("type") == "function_call_output"
-            or following.get("role") not in (None, "assistant")
-        ):
+        if following is None or following.get("type") == "function_call_output":
+            raise ValueError("refusing to send a reasoning item without its following item")
+        if "type" not in following and following.get("role") != "assistant":
             raise ValueError("refusing to send a reasoning item without its following item")
