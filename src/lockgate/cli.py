@@ -173,6 +173,8 @@ def _scenario_names() -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .providers import DEFAULT_PROVIDER
+
     providers = _provider_names()
     parser = _Parser(prog="lockgate", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
@@ -182,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--provider",
         choices=providers,
-        default="responses",
-        help="the protocol to speak (default responses)",
+        default=DEFAULT_PROVIDER,
+        help=f"the protocol to speak (default {DEFAULT_PROVIDER})",
     )
     run.add_argument(
         "--model", type=_text("--model"), help="model name (default: the provider's default)"
@@ -308,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--provider",
         choices=providers,
-        help="the protocol to speak (default responses, or the script's own)",
+        help=f"the protocol to speak (default {DEFAULT_PROVIDER}, or the script's own)",
     )
     source = serve.add_mutually_exclusive_group(required=True)
     source.add_argument("--scenario", metavar="NAME", help="serve a lab scenario's turns")
@@ -710,8 +712,9 @@ async def _serve(args: argparse.Namespace) -> int:
     from .lab.scenarios import SCENARIOS_BY_NAME
     from .lab.script import MAX_SCRIPT_BYTES, ScriptError, load_script
     from .lab.server import serve_script
+    from .providers import DEFAULT_PROVIDER
 
-    provider: str = args.provider or "responses"
+    provider: str = args.provider or DEFAULT_PROVIDER
     if args.script is not None:
         try:
             with args.script.open("rb") as handle:

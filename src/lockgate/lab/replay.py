@@ -42,12 +42,13 @@ class ScriptedStream:
 
 class InstrumentedTransport:
     """Wraps any transport for the lab: records whether each acquired stream was closed,
-    and makes the stream opened for a turn with `close_fails` raise on close (after really
+    and makes the streams opened by the attempts numbered in `close_fails` (0-based) raise on
+    close (after really
     closing). A client-side fault, so it works the same over both transports."""
 
-    def __init__(self, inner: Transport, turns: Sequence[Turn]) -> None:
+    def __init__(self, inner: Transport, close_fails: frozenset[int] = frozenset()) -> None:
         self._inner = inner
-        self._fails = [turn.faults.close_fails for turn in turns]
+        self._fails = close_fails
         self.opens = 0
         self.streams: list[TrackedStream] = []
 
@@ -55,7 +56,7 @@ class InstrumentedTransport:
         index = self.opens
         self.opens += 1
         inner = await self._inner.open(request)
-        fails = index < len(self._fails) and self._fails[index]
+        fails = index in self._fails
         stream = TrackedStream(inner, close_fails=fails)
         self.streams.append(stream)
         return stream
@@ -85,7 +86,7 @@ class ReplayTransport:
     failed openings classified by that provider's rules; the script running out fails the
     opening."""
 
-    def __init__(self, turns: Sequence[Turn], provider: str = "responses") -> None:
+    def __init__(self, turns: Sequence[Turn], provider: str | None = None) -> None:
         from ..providers import provider as registry_entry
 
         entry = registry_entry(provider)

@@ -188,7 +188,7 @@ async def run_scenario(
     transport: LabTransport = "inprocess",
     observer: Observer = ignore_event,
     *,
-    provider: str = "responses",
+    provider: str | None = None,
 ) -> LabResult:
     """Run one scenario on a fresh fixture, with execution allowed; opening delays are
     recorded, not slept (the attempt sequence and the requested waits are what matter)."""
@@ -201,7 +201,7 @@ async def run_scenario(
     turns = scenario.turns()
     entry = registry_entry(provider)
     async with _wiring(turns, transport, entry) as wiring:
-        instrumented = InstrumentedTransport(wiring.transport, turns)
+        instrumented = InstrumentedTransport(wiring.transport, scenario.options.close_fails)
         client = StreamingModelClient(
             _codec(scenario.options, entry),
             instrumented,
@@ -240,7 +240,7 @@ async def run_scenario(
         check_problems = (f"check could not read the run: {type(exc).__name__}: {exc}",)
     return LabResult(
         scenario=scenario,
-        provider=provider,
+        provider=entry.name,
         transport=transport,
         observed=outcome.outcome,
         stopped=outcome.stopped,

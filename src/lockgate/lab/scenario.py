@@ -49,6 +49,7 @@ class LabOptions:
     thinking_budget: int | None = None
     recovery_budget: int = 0  # 0: recovery off (stop on a rejected batch)
     retry_unstarted: bool = False
+    close_fails: frozenset[int] = frozenset()  # client side: these openings' closes fail
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,7 +115,7 @@ def provider_error_turns() -> list[Turn]:
 
 def cleanup_failure_turns() -> list[Turn]:
     reply = edit_reply("resp_cleanup", Call("call_1", "edit", EDIT_FIX))
-    return [reply_turn(reply, Faults(close_fails=True))]
+    return [reply_turn(reply)]
 
 
 def cancellation_turns() -> list[Turn]:
@@ -341,6 +341,7 @@ NEUTRAL_SCENARIOS: tuple[Scenario, ...] = (
         "a valid edit, but closing the stream fails",
         failure(FailureKind.CLEANUP, closed_early=0),
         cleanup_failure_turns,
+        options=LabOptions(close_fails=frozenset({0})),
     ),
     Scenario(
         "cancellation",

@@ -66,7 +66,6 @@ class Faults:
     keepalive_every: int | None = None  # a `: keep-alive` comment every N events
     done_sentinel: bool = False  # a trailing `data: [DONE]` (as Responses gateways send)
     end: Literal["eof", "hang"] = "eof"  # after everything: end the body, or go silent
-    close_fails: bool = False  # client side (lab only): closing this stream raises
 
     def __post_init__(self) -> None:
         if self.end not in {"eof", "hang"}:
@@ -92,9 +91,8 @@ class Faults:
             raise ValueError("stall_seconds must be a number of seconds")
         if not 0 <= stall <= MAX_STALL_SECONDS:
             raise ValueError(f"stall_seconds must be between 0 and {MAX_STALL_SECONDS:g}")
-        for name in ("done_sentinel", "close_fails"):
-            if type(getattr(self, name)) is not bool:
-                raise ValueError(f"{name} must be true or false")
+        if type(self.done_sentinel) is not bool:
+            raise ValueError("done_sentinel must be true or false")
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +290,7 @@ def load_script(text: str) -> Script:
 
 
 _TURN_KEYS = {"events", "status", "body", "headers", "connection_error", "faults", "reply"}
-_FAULT_KEYS = {f.name for f in fields(Faults)} - {"close_fails"}  # close_fails: lab only
+_FAULT_KEYS = {f.name for f in fields(Faults)}
 _REPLY_KEYS = {"id", "text", "reasoning", "refusal", "calls", "ending", "usage", "model"}
 _CALL_KEYS = {"id", "name", "arguments", "cut"}
 _ENDINGS = ("complete", "truncated", "error", "failed", "paused", "open")

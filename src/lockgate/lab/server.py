@@ -310,7 +310,7 @@ async def serve_script(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
-    provider: str = "responses",
+    provider: str | None = None,
     log: Callable[[str], None] | None = None,
 ) -> AsyncIterator[ScriptedServer]:
     """Run a scripted server speaking `provider`'s protocol on loopback for the duration of
@@ -346,7 +346,7 @@ class ServerThread:
         host: str = "127.0.0.1",
         port: int = 0,
         *,
-        provider: str = "responses",
+        provider: str | None = None,
     ) -> None:
         check_loopback(host)
         self._ready = threading.Event()

@@ -12,13 +12,26 @@ from .base import CodecOptions, Provider, TransportOptions
 from .chat import PROVIDER as CHAT
 from .responses import PROVIDER as RESPONSES
 
-__all__ = ["PROVIDERS", "CodecOptions", "Provider", "TransportOptions", "provider"]
+__all__ = [
+    "DEFAULT_PROVIDER",
+    "PROVIDERS",
+    "CodecOptions",
+    "Provider",
+    "TransportOptions",
+    "provider",
+]
 
 PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES, CHAT, ANTHROPIC)}
 
 
-def provider(name: str) -> Provider:
-    """The registry entry for `name` (KeyError names the known providers)."""
+DEFAULT_PROVIDER = RESPONSES.name  # what `run`, `serve` and the lab's helpers speak by default
+
+
+def provider(name: str | None = None) -> Provider:
+    """The registry entry for `name`, or the default provider's (KeyError names the known
+    providers)."""
+    if name is None:
+        name = DEFAULT_PROVIDER
     try:
         return PROVIDERS[name]
     except KeyError:
