@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .errors import FailureKind, OpenFailure
 
@@ -121,7 +121,7 @@ def seconds_until_timestamp(text: str, now: float) -> float | None:
     try:
         moment = datetime.fromisoformat(text.strip())
         if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
+            moment = moment.replace(tzinfo=UTC)
         return max(0.0, moment.timestamp() - now)
     except (ValueError, OverflowError, OSError):
         return None
