@@ -9,15 +9,105 @@ rest. Observers see `Event`s and never authorize anything.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal, TypeVar
 
 from .conversation import JSONObject, Message, NativeKind, StopReason, ToolCall, Usage
 from .errors import FailureKind
 
+_Class = TypeVar("_Class", bound=type)
+_VARIADIC = 0x04 | 0x08  # CO_VARARGS | CO_VARKEYWORDS
+
+
+def fast_init(cls: _Class) -> _Class:
+    """Give a frozen, slotted dataclass a faster `__init__`: the same signature (parameter
+    names, kinds and defaults, copied from the dataclass's own), setting each slot through
+    its member descriptor instead of `object.__setattr__` by name. Instances stay the same
+    frozen values (equality, hashing, repr, `dataclasses.replace`); only construction is
+    quicker (about 0.2-0.3 µs saved per event on the hot path).
+    """
+    original: Any = cls.__dict__["__init__"]
+    code = original.__code__
+    positional = code.co_varnames[1 : code.co_argcount]
+    keyword = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    names = (*positional, *keyword)
+    if (
+        code.co_flags & _VARIADIC
+        or set(names) != {f.name for f in fields(cls)}
+        or hasattr(cls, "__post_init__")
+    ):
+        raise TypeError(f"{cls.__name__}: not a plain dataclass __init__")
+    namespace: dict[str, Any] = {}
+    for name in names:
+        slot: Any = cls.__dict__.get(name) or getattr(cls, name, None)
+        if type(slot).__name__ != "member_descriptor":
+            raise TypeError(f"{cls.__name__}.{name} is not a slot")
+        namespace[f"_set_{name}"] = slot.__set__
+    parameters = ["self", *positional, *(["*", *keyword] if keyword else [])]
+    body = "".join(f"    _set_{name}(self, {name})\n" for name in names) or "    pass\n"
+    exec(f"def __init__({', '.join(parameters)}):\n{body}", namespace)
+    init = namespace["__init__"]
+    init.__defaults__ = original.__defaults__
+    init.__kwdefaults__ = original.__kwdefaults__
+    init.__annotations__ = original.__annotations__
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    type.__setattr__(cls, "__init__", init)
+    return cls
+
+
+class TextBuffer:
+    """Text that arrives in fragments, retained compactly (the gate's text and arguments, a
+    decoder's thinking or refusal text).
+
+    Every 64 fragments are joined into one block, and a block absorbs the blocks before it
+    while they are not at least twice its length, so block lengths halve from first to last:
+    a buffer holds O(log n) blocks plus at most 63 pending fragments, whatever the fragment
+    sizes. One-character deltas then cost about their characters, not an object (and a list
+    slot) per fragment, and each character is copied O(log n) times. Empty fragments are
+    dropped (they change nothing and would otherwise be retained).
+    """
+
+    __slots__ = ("_blocks", "_pending", "chars")
+
+    FOLD = 64
+
+    def __init__(self, first: str = "") -> None:
+        self._blocks: list[str] = []
+        self._pending: list[str] = [first] if first else []
+        self.chars = len(first)
+
+    def append(self, text: str) -> None:
+        if not text:
+            return
+        pending = self._pending
+        pending.append(text)
+        self.chars += len(text)
+        if len(pending) >= 64:
+            self._fold()
+
+    def _fold(self) -> None:
+        block = "".join(self._pending)
+        self._pending.clear()
+        blocks = self._blocks
+        while blocks and len(blocks[-1]) < 2 * len(block):
+            block = blocks.pop() + block
+        blocks.append(block)
+
+    def value(self) -> str:
+        """The whole text (joined once; appending may continue)."""
+        if self._pending:
+            self._fold()
+        blocks = self._blocks
+        if len(blocks) > 1:
+            self._blocks = blocks = ["".join(blocks)]
+        return blocks[0] if blocks else ""
+
+
 # --- produced by provider decoders -------------------------------------------------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamEvent:
     """Base of decoder output. `response_id` is set when the native event named its response
@@ -26,21 +116,25 @@ class StreamEvent:
     response_id: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseStarted(StreamEvent):
     """The provider opened a response (must come first, exactly once, with an id)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseProgress(StreamEvent):
     """A lifecycle heartbeat (in progress, a ping, a provider-side tool working)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TextDelta(StreamEvent):
     text: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RefusalDelta(StreamEvent):
     """A piece of a refusal: shown, but kept apart from the answer text."""
@@ -48,6 +142,7 @@ class RefusalDelta(StreamEvent):
     text: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta(StreamEvent):
     """Reasoning progress, kept apart from answer text: a summary or raw reasoning text."""
@@ -56,6 +151,7 @@ class ReasoningDelta(StreamEvent):
     kind: Literal["summary", "raw"] = "summary"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted(StreamEvent):
     """A function call began. `key` routes its later fragments (the decoder's choice: an
@@ -68,6 +164,7 @@ class ToolCallStarted(StreamEvent):
     arguments: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallIdentified(StreamEvent):
     """A later id or name for an open call. Values are set, never concatenated; an empty
@@ -78,12 +175,14 @@ class ToolCallIdentified(StreamEvent):
     name: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolArgumentsDelta(StreamEvent):
     key: str
     delta: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NativeOutput(StreamEvent):
     """An opaque native item completed in the stream (a thinking block at its stop, a
@@ -95,6 +194,7 @@ class NativeOutput(StreamEvent):
     size: int = 0  # its size on the wire (bytes), for the gate's bound on retained output
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ProviderReportedFailure(StreamEvent):
     """The stream says the response failed. The decoder chose the `kind` (provider_error,
@@ -110,18 +210,21 @@ class ProviderReportedFailure(StreamEvent):
     transient: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutputText:
     text: str
     item_id: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutputRefusal:
     text: str
     item_id: str = ""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutputCall:
     key: str
@@ -130,6 +233,7 @@ class OutputCall:
     arguments: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class OutputNative:
     """A native item of the terminal snapshot, opaque to lockgate, replayed unchanged."""
@@ -138,6 +242,7 @@ class OutputNative:
     item: JSONObject
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UnsupportedOutput:
     item_type: str
@@ -152,6 +257,7 @@ FINISH_PAUSED = "pause_turn"  # the provider paused its own work; no local call 
 FINISH_REFUSED = "refusal"  # the model refused; no call runs
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ResponseCompleted(StreamEvent):
     """The protocol's terminal success. `finish_reason` is the provider's stated reason
@@ -169,6 +275,7 @@ class ResponseCompleted(StreamEvent):
 # --- published by the gate, the client and the loop --------------------------------------
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolArgumentProgress:
     """Argument characters buffered so far for one call; execution still waits."""
@@ -178,6 +285,7 @@ class ToolArgumentProgress:
     chars: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Retrying:
     """Opening failed retryably; another attempt follows after `delay` seconds."""
@@ -188,6 +296,7 @@ class Retrying:
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class UsageReported:
     """Token usage of one response (completed, incomplete or failed)."""
@@ -195,6 +304,7 @@ class UsageReported:
     usage: Usage
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DecisionReady:
     """A complete, validated response whose stream was closed cleanly."""
@@ -204,6 +314,7 @@ class DecisionReady:
     usage: Usage | None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Recovering:
     """A rejected batch or a truncated response became `error:` observations (`--recover`)."""
@@ -214,6 +325,7 @@ class Recovering:
     budget: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ResponseFailed:
     """A response failed; nothing it requested runs."""
@@ -223,11 +335,13 @@ class ResponseFailed:
     partial_text: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolStarted:
     call: ToolCall
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
     call_id: str
@@ -235,6 +349,7 @@ class ToolFinished:
     output: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunStopped:
     reason: StopReason | Literal["provider_failure", "interrupted"]

@@ -52,6 +52,7 @@ from .events import (
     ResponseProgress,
     ResponseStarted,
     StreamEvent,
+    TextBuffer,
     TextDelta,
     ToolArgumentProgress,
     ToolArgumentsDelta,
@@ -121,33 +122,7 @@ class InvalidBatch(ResponseFailure):
         )
 
 
-class _Text:
-    """Text that arrives in fragments, retained compactly: every 64 fragments are joined
-    into one block, so a stream of one-character deltas costs about its characters, not an
-    object per fragment."""
-
-    __slots__ = ("_blocks", "_pending", "chars")
-
-    def __init__(self, first: str = "") -> None:
-        self._blocks: list[str] = []
-        self._pending: list[str] = [first] if first else []
-        self.chars = len(first)
-
-    def append(self, text: str) -> None:
-        pending = self._pending
-        pending.append(text)
-        self.chars += len(text)
-        if len(pending) >= 64:
-            self._blocks.append("".join(pending))
-            pending.clear()
-
-    def value(self) -> str:
-        if self._pending:
-            self._blocks.append("".join(self._pending))
-            self._pending.clear()
-        if len(self._blocks) > 1:
-            self._blocks = ["".join(self._blocks)]
-        return self._blocks[0] if self._blocks else ""
+_Text = TextBuffer  # the gate's compact fragment store (events.TextBuffer)
 
 
 class _PendingCall:
@@ -197,6 +172,9 @@ class ResponseGate:
         # The streamed output in order: ("text"|"refusal", _Text), ("call", key),
         # ("native", item). Text is kept once, here.
         self._layout: list[tuple[str, object]] = []
+        # The text buffer at the end of the layout, if the last entry is text or refusal.
+        self._tail_kind: str | None = None
+        self._tail = _Text()
         self._text_chars = 0
         self._reasoning_chars = 0
         self._native_bytes = 0
@@ -221,6 +199,22 @@ class ResponseGate:
         """
         if self._finished:
             raise _failure(FailureKind.LIFECYCLE, "event after the terminal event")
+        # The hot path (nearly every event of a stream): the checks below, in their order.
+        if type(event) is TextDelta:
+            if self.response_id is None:
+                raise _failure(FailureKind.LIFECYCLE, "response data before the response start")
+            if event.response_id is not None and event.response_id != self.response_id:
+                raise self._foreign(event)
+            self._preview("text", event.text)
+            self._observer(event)
+            return None
+        if type(event) is ToolArgumentsDelta:
+            if self.response_id is None:
+                raise _failure(FailureKind.LIFECYCLE, "response data before the response start")
+            if event.response_id is not None and event.response_id != self.response_id:
+                raise self._foreign(event)
+            self._arguments(event)
+            return None
         if isinstance(event, ResponseStarted):
             if self.response_id is not None:
                 raise _failure(FailureKind.LIFECYCLE, "duplicate response start")
@@ -232,10 +226,7 @@ class ResponseGate:
         if self.response_id is None:
             raise _failure(FailureKind.LIFECYCLE, "response data before the response start")
         if event.response_id is not None and event.response_id != self.response_id:
-            raise _failure(
-                FailureKind.LIFECYCLE,
-                f"event for response {event.response_id!r} inside response {self.response_id!r}",
-            )
+            raise self._foreign(event)
         if isinstance(event, ToolArgumentsDelta):
             self._arguments(event)
         elif isinstance(event, TextDelta):
@@ -263,6 +254,12 @@ class ResponseGate:
         elif not isinstance(event, ResponseProgress):
             raise _failure(FailureKind.LIFECYCLE, f"unknown event {type(event).__name__}")
         return None
+
+    def _foreign(self, event: StreamEvent) -> ResponseFailure:
+        return _failure(
+            FailureKind.LIFECYCLE,
+            f"event for response {event.response_id!r} inside response {self.response_id!r}",
+        )
 
     # --- streaming ---------------------------------------------------------------------
 
@@ -304,13 +301,13 @@ class ResponseGate:
                 FailureKind.BOUND_EXCEEDED,
                 f"text preview exceeded {self._limits.max_text_chars} characters",
             )
-        layout = self._layout
-        if layout and layout[-1][0] == kind:
-            buffer = layout[-1][1]
-            assert isinstance(buffer, _Text)
-            buffer.append(text)
+        if self._tail_kind == kind:
+            self._tail.append(text)
         else:
-            layout.append((kind, _Text(text)))
+            buffer = _Text(text)
+            self._layout.append((kind, buffer))
+            self._tail_kind = kind
+            self._tail = buffer
 
     def _reasoning(self, event: ReasoningDelta) -> None:
         self.content_started = True
@@ -336,6 +333,7 @@ class ResponseGate:
                 f"native output exceeded {self._limits.max_native_bytes} bytes",
             )
         self._layout.append(("native", NativeItem(event.kind, event.item)))
+        self._tail_kind = None
 
     def _call_started(self, event: ToolCallStarted) -> None:
         self.content_started = True
@@ -349,6 +347,7 @@ class ResponseGate:
         self._check_arguments(pending)
         self._pending[event.key] = pending
         self._layout.append(("call", event.key))
+        self._tail_kind = None
         self._observer(event)
 
     def _open_call(self, key: str, what: str) -> _PendingCall:
@@ -372,12 +371,22 @@ class ResponseGate:
             setattr(pending, field_name, value)
 
     def _arguments(self, event: ToolArgumentsDelta) -> None:
-        pending = self._open_call(event.key, "argument delta")
-        if not event.delta:
+        pending = self._pending.get(event.key)
+        if pending is None:
+            raise _failure(
+                FailureKind.LIFECYCLE, f"argument delta for unknown tool item {event.key!r}"
+            )
+        delta = event.delta
+        if not delta:
             return
-        pending.arguments.append(event.delta)
-        self._check_arguments(pending)
-        chars = pending.arguments.chars
+        arguments = pending.arguments
+        arguments.append(delta)
+        chars = arguments.chars
+        if chars > self._limits.max_argument_chars:
+            raise _failure(
+                FailureKind.BOUND_EXCEEDED,
+                f"tool arguments exceeded {self._limits.max_argument_chars} characters",
+            )
         # Progress is published when it moved by a step worth showing (the display
         # throttles further): every 256 characters, and the first fragment.
         if chars - pending.shown >= PROGRESS_STEP_CHARS or not pending.shown:

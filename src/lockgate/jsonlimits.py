@@ -10,6 +10,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
+
+
+def _jiter() -> Callable[..., Any] | None:
+    """jiter's `from_json` (it ships with both official SDKs); without it the standard
+    library decides alone."""
+    try:
+        from jiter import from_json
+    except ImportError:  # pragma: no cover
+        return None
+    return from_json
+
+
+_jiter_loads = _jiter()
 
 MAX_EVENT_DEPTH = 64
 MAX_ARGUMENT_DEPTH = 32
@@ -66,12 +80,46 @@ def parse_json(text: str, max_depth: int) -> object:
 
 
 def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
-    """One SSE event's data: UTF-8 JSON within the nesting bound."""
+    """One SSE event's data: UTF-8 JSON within the nesting bound.
+
+    The hot path of every decoder. jiter first: about twice as fast as the standard
+    scanner and, where it accepts the input, the same value (it validates UTF-8 itself);
+    what it refuses (invalid JSON, lone surrogate escapes, nesting past its own limit) goes
+    to the standard library, which gives the canonical answer or error, with `parse_json`
+    inlined for the common case (a value that starts at the first character)."""
+    if _jiter_loads is not None:
+        try:
+            value = _jiter_loads(data, cache_mode="keys")
+        except Exception:
+            pass
+        else:
+            # Nesting deeper than the bound needs more openers than the bound (one scan).
+            if (
+                len(data) > 2 * max_depth
+                and len(data) - len(data.translate(None, b"{[")) > max_depth
+                and too_deep(value, max_depth)
+            ):
+                raise ValueError(f"JSON nested deeper than {max_depth} levels")
+            return value
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("event data is not UTF-8") from None
-    return parse_json(text, max_depth)
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration:  # leading whitespace, or nothing valid: the full path decides
+        return parse_json(text, max_depth)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if end != len(text) and text[end:].strip(_WHITESPACE):
+        raise ValueError("extra data after the JSON value")
+    if (
+        len(text) > max_depth
+        and text.count("{") + text.count("[") > max_depth
+        and too_deep(value, max_depth)
+    ):
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    return value
 
 
 def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import FailureKind, ResponseFailure
+from .events import fast_init
 
 DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
 
@@ -20,6 +21,7 @@ _CR = b"\r"
 _BLANK = b"\n\n"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ServerSentEvent:
     event: str | None
@@ -51,7 +53,18 @@ class SSEDecoder:
             and len(chunk) <= self._max
             and _CR not in chunk
         ):
-            # The common shape: a server flushes each event, so a chunk is whole frames.
+            # The common shape: a server flushes each event, so a chunk is whole frames;
+            # most often exactly one, `data: X` or `event: NAME` + `data: X` (its line
+            # ends are then the only LFs: one scan decides it).
+            lines = chunk.count(_LF)
+            if lines == 2:
+                if chunk.startswith(b"data: "):
+                    return [ServerSentEvent(None, chunk[6:-2])]
+            elif lines == 3 and chunk.startswith(b"event: "):
+                newline = chunk.find(_LF)
+                if chunk.startswith(b"data: ", newline + 1):
+                    label = chunk[7:newline].decode("utf-8", "replace")
+                    return [ServerSentEvent(label, chunk[newline + 7 : -2])]
             frames = chunk.split(_BLANK)
             frames.pop()
             return _events(frames)

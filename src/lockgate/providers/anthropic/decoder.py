@@ -94,6 +94,7 @@ from ...events import (
     ResponseCompleted,
     ResponseProgress,
     StreamEvent,
+    TextBuffer,
     TextDelta,
     ToolArgumentsDelta,
     ToolCallStarted,
@@ -213,14 +214,17 @@ def normalize_usage(raw: dict[str, int]) -> Usage:
 class _Block:
     """One open content block."""
 
-    __slots__ = ("fragments", "index", "item", "key", "kind", "signature", "size")
+    __slots__ = ("fragments", "index", "item", "key", "kind", "signature", "size", "streamed")
 
     def __init__(self, index: int, kind: int, item: dict[str, Any], size: int) -> None:
         self.index = index
         self.kind = kind
         self.item = item  # the block as it started
         self.key = str(index)
-        self.fragments: list[str] = []
+        # Thinking text and provider input, retained compactly (a tool's input is the
+        # gate's to keep: here only whether any fragment carried text).
+        self.fragments = TextBuffer()
+        self.streamed = False
         self.signature = ""
         self.size = size  # bytes of its events' data so far
 
@@ -252,7 +256,7 @@ class AnthropicDecoder:
         self._stop_details: dict[str, Any] | None = None
         self._usage: dict[str, int] = {}
         self._problem = ""  # a provider block whose input was not a JSON object
-        self._said: list[str] = []  # the answer text, for a refusal without details
+        self._said = TextBuffer()  # the answer text, for a refusal without details
         self._handlers: dict[str, Callable[[dict[str, Any], int], Sequence[StreamEvent]]] = {
             "content_block_delta": self._delta,
             "content_block_start": self._block_start,
@@ -301,28 +305,37 @@ class AnthropicDecoder:
             raise _lifecycle(f"{what} before message_start")
 
     def _delta(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
+        # The hot handler: `_index`, `_object` and `_string` checks inline.
         block = self._open
-        index = _index(payload)
+        index = payload.get("index")
+        if type(index) is not int or index < 0:
+            raise _malformed("index must be a non-negative integer")
         if block is None or block.index != index:
             self._require_start("content_block_delta")
             raise _lifecycle(f"delta for content block {index}, which is not open")
-        delta = _object(payload.get("delta"), "delta")
+        delta = payload.get("delta")
+        if type(delta) is not dict:
+            raise _malformed("delta must be an object")
         block.size += size
         kind = delta.get("type")
         if kind == "text_delta":
             if block.kind != _TEXT:
                 raise _malformed(f"text_delta for content block {index}, not a text block")
-            text = _string(delta.get("text"), "delta.text")
+            text = delta.get("text")
+            if type(text) is not str:
+                raise _malformed("delta.text must be a string")
             if not text:
                 return _NOTHING
             self._said.append(text)
             return (TextDelta(text),)
         if kind == "input_json_delta":
-            piece = _string(delta.get("partial_json"), "delta.partial_json")
+            piece = delta.get("partial_json")
+            if type(piece) is not str:
+                raise _malformed("delta.partial_json must be a string")
             if block.kind == _TOOL:
                 if not piece:
                     return _NOTHING
-                block.fragments.append(piece)
+                block.streamed = True
                 return (ToolArgumentsDelta(block.key, piece),)
             if block.kind != _PROVIDER_INPUT:
                 raise _malformed(f"input_json_delta for content block {index}, not a tool block")
@@ -415,7 +428,7 @@ class AnthropicDecoder:
             return _NOTHING
         size += block.size
         if kind == _TOOL:
-            if block.fragments:
+            if block.streamed:
                 return _NOTHING
             start = block.item.get("input")
             text = json.dumps(start, ensure_ascii=False) if start else "{}"
@@ -423,7 +436,7 @@ class AnthropicDecoder:
         if kind == _THINKING:
             item = {
                 **block.item,
-                "thinking": "".join(block.fragments),
+                "thinking": block.fragments.value(),
                 "signature": block.signature,
             }
             return (NativeOutput("reasoning", item, size),)
@@ -434,7 +447,7 @@ class AnthropicDecoder:
         return (NativeOutput("provider_output", block.item, size),)
 
     def _provider_input(self, block: _Block) -> dict[str, Any]:
-        text = "".join(block.fragments)
+        text = block.fragments.value()
         if not text.strip(" \t\n\r"):
             return block.item  # no input streamed: the start's (`{}`)
         try:
@@ -529,7 +542,7 @@ class AnthropicDecoder:
             value = details.get(field)
             if type(value) is str and value:
                 return value
-        return "".join(self._said)
+        return self._said.value()
 
     def _error(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         error = payload.get("error")

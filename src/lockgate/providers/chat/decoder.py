@@ -53,6 +53,8 @@ COMPLETION RULE, as implemented here:
   first-seen order); just before `ResponseCompleted` they become
   `NativeOutput("reasoning", {"reasoning_content": …})` and/or
   `NativeOutput("reasoning", {"reasoning_details": […]})`. `delta.reasoning` is not replayed.
+  The concatenated details are bounded while they stream (`MAX_REASONING_DETAILS_CHARS`,
+  4 MiB, as the gate bounds native output at the end): beyond it, `bound_exceeded`.
 - Tool-call fragments are routed by index AND id. A fragment opens a NEW call when nothing
   is open for its routing key, or it carries a non-empty id different from the open call's
   non-empty id (Ollama sends parallel calls at index 0), or a non-empty name different from
@@ -98,6 +100,7 @@ from ...events import (
     ResponseProgress,
     ResponseStarted,
     StreamEvent,
+    TextBuffer,
     TextDelta,
     ToolArgumentsDelta,
     ToolCallIdentified,
@@ -106,7 +109,12 @@ from ...events import (
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 
-__all__ = ["TRANSIENT_ERROR_CODES", "ChatDecoder", "synthesized_call_id"]
+__all__ = [
+    "MAX_REASONING_DETAILS_CHARS",
+    "TRANSIENT_ERROR_CODES",
+    "ChatDecoder",
+    "synthesized_call_id",
+]
 
 TRANSIENT_ERROR_CODES = frozenset(
     {
@@ -124,6 +132,10 @@ _NOTHING: tuple[StreamEvent, ...] = ()
 _AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
 _DONE = b"[DONE]"
 _CONCATENATED = frozenset({"text", "summary", "data"})
+# The bound on the concatenated text of merged `reasoning_details` (as Anthropic's decoder
+# bounds a provider block's input): the gate bounds native output by the same figure, but
+# sees these only when the response completes.
+MAX_REASONING_DETAILS_CHARS = 4 * 1024 * 1024
 
 
 def _malformed(message: str) -> ResponseFailure:
@@ -152,6 +164,7 @@ class ChatDecoder:
         "_calls",
         "_choice",
         "_details",
+        "_details_chars",
         "_finish",
         "_finish_index",
         "_last",
@@ -173,8 +186,9 @@ class ChatDecoder:
         self._calls: list[_Call] = []
         self._by_index: dict[int, _Call] = {}
         self._last: _Call | None = None  # the call a fragment without an index continues
-        self._reasoning_content: list[str] = []
+        self._reasoning_content = TextBuffer()  # for replay, retained compactly
         self._details: dict[tuple[object, object], dict[str, Any]] = {}
+        self._details_chars = 0
 
     # --- the StreamDecoder protocol -------------------------------------------------------
 
@@ -265,6 +279,10 @@ class ChatDecoder:
     def _delta(self, delta: dict[str, Any], index: int) -> list[StreamEvent] | None:
         """The events of one choice's delta, in the order of its fields; None when it
         carried no content (an encrypted reasoning entry is content without an event)."""
+        if len(delta) == 1:
+            content = delta.get("content")
+            if type(content) is str:  # the common chunk: one text piece
+                return [TextDelta(content)] if content else None
         produced: list[StreamEvent] = []
         shown_reasoning = False
         details: object = None
@@ -387,9 +405,20 @@ class ChatDecoder:
             for field, value in entry.items():
                 if value is None:
                     continue
-                previous = target.get(field)
-                if field in _CONCATENATED and type(value) is str and type(previous) is str:
-                    target[field] = previous + value
+                if field in _CONCATENATED and type(value) is str:
+                    # Concatenated in a compact buffer (not `previous + value`: quadratic),
+                    # bounded like a provider block (the gate sees it only at the end).
+                    self._details_chars += len(value)
+                    if self._details_chars > MAX_REASONING_DETAILS_CHARS:
+                        raise ResponseFailure(
+                            FailureKind.BOUND_EXCEEDED,
+                            f"reasoning_details exceeded {MAX_REASONING_DETAILS_CHARS} characters",
+                        )
+                    previous = target.get(field)
+                    if type(previous) is TextBuffer:
+                        previous.append(value)
+                    else:
+                        target[field] = TextBuffer(value)
                 else:
                     target[field] = value
             if not show:
@@ -558,11 +587,18 @@ class ChatDecoder:
                 events.append(ToolCallIdentified(call.key, call.call_id))
 
     def _native_reasoning(self, events: list[StreamEvent]) -> None:
-        if self._reasoning_content:
-            text = "".join(self._reasoning_content)
+        if self._reasoning_content.chars:
+            text = self._reasoning_content.value()
             events.append(NativeOutput("reasoning", {"reasoning_content": text}, len(text)))
         if self._details:
-            item = {"reasoning_details": list(self._details.values())}
+            entries = [
+                {
+                    field: value.value() if type(value) is TextBuffer else value
+                    for field, value in entry.items()
+                }
+                for entry in self._details.values()
+            ]
+            item = {"reasoning_details": entries}
             size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
             events.append(NativeOutput("reasoning", item, size))
 

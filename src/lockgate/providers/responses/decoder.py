@@ -141,10 +141,15 @@ class ResponsesDecoder:
         value = payload.get("response_id")
         return None if value is None else _string(value, "response_id")
 
+    # The two hot handlers (nearly every event of a stream) check inline what `_string`
+    # and `_identity` check.
     def _text_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        return (
-            TextDelta(_string(payload.get("delta"), "delta"), response_id=self._identity(payload)),
-        )
+        text = payload.get("delta")
+        if type(text) is not str:
+            raise _malformed("delta must be a string")
+        if payload.get("response_id") is None:
+            return (TextDelta(text),)
+        return (TextDelta(text, response_id=self._identity(payload)),)
 
     def _refusal_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         text = _string(payload.get("delta"), "delta")
@@ -159,13 +164,15 @@ class ResponsesDecoder:
         return (ReasoningDelta(text, "raw", response_id=self._identity(payload)),)
 
     def _arguments_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        return (
-            ToolArgumentsDelta(
-                _string(payload.get("item_id"), "item_id"),
-                _string(payload.get("delta"), "delta"),
-                response_id=self._identity(payload),
-            ),
-        )
+        key = payload.get("item_id")
+        if type(key) is not str:
+            raise _malformed("item_id must be a string")
+        delta = payload.get("delta")
+        if type(delta) is not str:
+            raise _malformed("delta must be a string")
+        if payload.get("response_id") is None:
+            return (ToolArgumentsDelta(key, delta),)
+        return (ToolArgumentsDelta(key, delta, response_id=self._identity(payload)),)
 
     def _item_added(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = _object(payload.get("item"), "item")
