@@ -188,15 +188,18 @@ def bounded_client(
     base: type[httpx2.AsyncClient],
     *,
     timeout: float,
-    read_timeout: float,
+    read_timeout: float | None,
     trust_env: bool,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> httpx2.AsyncClient:
     """An instance of the SDK's client class `base` (its `DefaultAioHttpClient` or
     `DefaultAsyncHttpxClient`, which carry the SDK's own connection limits) with the rules
-    of this module. `transport` replaces the network (tests)."""
+    of this module. `read_timeout` None: no per-read timer (the client's one watchdog per
+    response bounds silence; a per-read timer re-armed on every read costs more than the
+    rest of the read). `transport` replaces the network (tests)."""
     check_timeout(timeout, "timeout")
-    check_timeout(read_timeout, "read timeout")
+    if read_timeout is not None:
+        check_timeout(read_timeout, "read timeout")
     bounded = type(f"Bounded{base.__name__}", (_BoundedErrorBodies, base), {})
     options: dict[str, Any] = {
         "timeout": httpx2.Timeout(timeout, read=read_timeout),
@@ -247,7 +250,7 @@ class SDKTransport:
         self._classify = classify
         self._closed = False
         use_aiohttp = options.backend == "aiohttp" and options.http_transport is None
-        read_timeout = options.read_timeout or options.timeout
+        read_timeout = options.read_timeout
         self._client = sdk.client(
             api_key=options.api_key,
             base_url=options.base_url,

@@ -129,7 +129,6 @@ async def _wiring(
                 api_key=LAB_API_KEY,
                 base_url=server.base_url,
                 timeout=10.0,
-                read_timeout=LAB_IDLE_TIMEOUT_SECONDS + 5,
                 trust_env=False,
             )
         )

@@ -82,7 +82,9 @@ HttpBackend = Literal["aiohttp", "httpx"]
 @dataclass(frozen=True, slots=True)
 class TransportOptions:
     """What a transport is built from. `timeout` bounds connecting and sending;
-    `read_timeout` is the SDK's per-read backstop (keep it above the client's idle
+    `read_timeout` an optional per-read limit in the SDK's HTTP client (default none: the
+    client's silence watchdog bounds every wait, and a per-read timer costs CPU on every
+    read; if set, keep it above the client's idle
     timeout); `trust_env=False` ignores proxy variables (the lab's own loopback server);
     `backend`: the SDK's aiohttp-backed HTTP client (default, the faster) or its httpx one;
     `http_transport` replaces the network (tests: an `httpx2.MockTransport`)."""
