@@ -278,6 +278,37 @@ async def test_an_in_stream_overload_before_content_is_retried_only_when_enabled
     assert decision.tool_calls
 
 
+@pytest.mark.parametrize("kept", ["web_search", "redacted_thinking"])
+async def test_an_overload_after_a_kept_block_began_is_never_retried(kept: str) -> None:
+    # A provider-side tool that began (or redacted thinking the model produced) is content,
+    # though nothing is shown: the response started, and `retry_unstarted` does not apply.
+    from lockgate.retry import RetryPolicy
+
+    if kept == "web_search":
+        block = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}
+    else:
+        block = {"type": "redacted_thinking", "data": "EmwKAhgBEgy+opaque=="}
+    # The overload arrives while the block is still open (before its stop made it output).
+    builder = MessageBuilder("msg_0").start()
+    builder.emit({"type": "content_block_start", "index": 0, "content_block": block})
+    payload = b"".join(sse_bytes(event) for event in builder.error().events)
+    calls = 0
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        nonlocal calls
+        calls += 1
+        chunks = [payload] if calls == 1 else edit_body()
+        return httpx2.Response(200, headers=SSE, stream=ChunkedBody(chunks))
+
+    client, transport, _ = make_client(handler)
+    client.retry = RetryPolicy(retry_unstarted=True)
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    await transport.aclose()
+    assert caught.value.kind is FailureKind.PROVIDER_ERROR
+    assert calls == 1
+
+
 async def test_a_closed_transport_makes_no_request() -> None:
     def handler(request: httpx2.Request) -> httpx2.Response:
         raise AssertionError("no request may be made")

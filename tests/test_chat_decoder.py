@@ -23,6 +23,7 @@ from lockgate.events import (
     ReasoningDelta,
     RefusalDelta,
     ResponseCompleted,
+    ResponseProgress,
     ResponseStarted,
     StreamEvent,
     TextDelta,
@@ -31,7 +32,12 @@ from lockgate.events import (
 )
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import Decision, ResponseGate
-from lockgate.providers.chat.decoder import ChatDecoder, synthesized_call_id
+from lockgate.providers.chat.decoder import (
+    MAX_REASONING_DETAILS_CHARS,
+    MAX_REASONING_DETAILS_ENTRIES,
+    ChatDecoder,
+    synthesized_call_id,
+)
 from lockgate.sse import ServerSentEvent
 
 DONE = "[DONE]"
@@ -580,6 +586,19 @@ def test_content_after_the_finish_is_tolerated() -> None:
     assert outcome.decision.message.content == "AB"
 
 
+def test_content_after_the_finish_then_done_or_a_new_finish_completes() -> None:
+    assert run(text("A", "stop"), text("B"), DONE).decision.message.content == "AB"
+    assert run(text("A", "stop"), text("B", "stop")).decision.message.content == "AB"
+
+
+def test_content_after_the_finish_then_a_bare_end_of_body_releases_nothing() -> None:
+    # The finish no longer covers what followed it, and nothing marked the end: a body cut
+    # in the middle of a second batch looks exactly like this.
+    outcome = run(text("A", "stop"), *edit_call(), eof=True)
+    assert outcome.failure.kind is FailureKind.STREAM_ENDED
+    assert "followed the finish_reason" in outcome.failure.message
+
+
 # --- text, refusal and reasoning ---------------------------------------------------------------
 
 
@@ -710,6 +729,36 @@ def test_reasoning_details_are_merged_for_replay_and_shown_once() -> None:
         )
     ]
     assert outcome.decision.message.content == "Berlin"
+
+
+def test_encrypted_reasoning_alone_is_content_kept_but_not_shown() -> None:
+    entry = {"type": "reasoning.encrypted", "data": "B7o", "index": 0}
+    events = decode_all(chunk({"reasoning_details": [entry]}))
+    assert events[-1] == ResponseProgress(content=True)
+    outcome = run(chunk({"reasoning_details": [entry]}), text("t", "stop"), DONE)
+    assert outcome.decision.message.content == "t"
+
+
+def test_reasoning_details_entries_are_bounded_in_number() -> None:
+    entries = [
+        {"type": "reasoning.encrypted", "data": "x", "index": i}
+        for i in range(MAX_REASONING_DETAILS_ENTRIES + 1)
+    ]
+    outcome = run(chunk({"reasoning_details": entries}), text("t", "stop"), DONE)
+    assert outcome.failure.kind is FailureKind.BOUND_EXCEEDED
+    fits = entries[:MAX_REASONING_DETAILS_ENTRIES]
+    assert run(chunk({"reasoning_details": fits}), text("t", "stop"), DONE).decision
+
+
+def test_reasoning_details_fields_that_are_not_concatenated_count_against_the_bound() -> None:
+    big = "s" * (MAX_REASONING_DETAILS_CHARS // 2 + 1)
+    once = {"type": "reasoning.text", "index": 0, "signature": big}
+    # Sent again, a field replaces its value: only the change counts ...
+    assert run(*[chunk({"reasoning_details": [once]})] * 3, text("t", "stop"), DONE).decision
+    # ... two entries each holding half the bound do not fit.
+    other = {**once, "index": 1}
+    outcome = run(chunk({"reasoning_details": [once, other]}), text("t", "stop"), DONE)
+    assert outcome.failure.kind is FailureKind.BOUND_EXCEEDED
 
 
 def test_reasoning_natives_come_just_before_the_completion() -> None:

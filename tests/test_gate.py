@@ -7,10 +7,13 @@ import pytest
 from lockgate.conversation import Message, ToolSpec
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.events import (
+    FINISH_PAUSED,
+    FINISH_REFUSED,
     Event,
     OutputCall,
     OutputText,
     ProviderReportedFailure,
+    RefusalDelta,
     ResponseCompleted,
     ResponseProgress,
     ResponseStarted,
@@ -225,6 +228,28 @@ def test_arguments_must_parse_to_a_matching_object(arguments: str, needle: str) 
     assert needle in failure.problems[0].problem
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_not_json_arguments(constant: str) -> None:
+    # Python's parser accepts them; JSON does not, and a number schema would let them by.
+    measure = ToolSpec(
+        "measure",
+        "Measure.",
+        {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
+    )
+    failure = batch_failure(("fc_1", "c1", "measure", f'{{"x": {constant}}}'), tools=[measure])
+    assert f"{constant.lstrip('-')} is not JSON" in failure.problems[0].problem
+    message, _ = feed(
+        [
+            START,
+            *call_events("fc_1", "c1", "measure", '{"x": 1.5e3}'),
+            completed(OutputCall("fc_1", "c1", "measure", '{"x": 1.5e3}')),
+        ],
+        tools=[measure],
+    )
+    assert message is not None
+    assert dict(message.tool_calls[0].arguments) == {"x": 1500.0}
+
+
 def test_call_ids_non_empty_unique_and_tools_exposed() -> None:
     assert "empty call id" in batch_failure(("fc_1", "", "discover", "{}")).message
     assert (
@@ -250,3 +275,61 @@ def test_final_text_bound() -> None:
         failure_of([START, completed(OutputText("123456"))], limits=limits).kind
         is FailureKind.BOUND_EXCEEDED
     )
+
+
+# --- failures before the start, refusals, content that is kept but not shown ------------
+
+
+@pytest.mark.parametrize("transient", [True, False])
+def test_a_provider_failure_before_the_start_keeps_its_kind_and_transience(
+    transient: bool,
+) -> None:
+    # An error as a provider's very first event is that error, not a lifecycle failure:
+    # its transience decides whether `retry_unstarted` may retry it.
+    failure = failure_of(
+        [ProviderReportedFailure(FailureKind.PROVIDER_ERROR, "overloaded", transient=transient)]
+    )
+    assert failure.kind is FailureKind.PROVIDER_ERROR
+    assert failure.transient is transient
+
+
+def test_other_data_before_the_start_is_still_a_lifecycle_failure() -> None:
+    assert failure_of([TextDelta("early")]).kind is FailureKind.LIFECYCLE
+
+
+@pytest.mark.parametrize("finish", [None, "tool_calls"])
+def test_refusal_text_releases_no_call_whatever_the_finish_says(finish: str | None) -> None:
+    # (`stop` with calls disagrees with itself and fails before the refusal matters.)
+    seen: list[Event] = []
+    gate = ResponseGate(ALL_TOOLS, seen.append)
+    events = [
+        START,
+        RefusalDelta("I can't help with that."),
+        *call_events("fc_1", "call_1", "edit", EDIT_ARGS),
+        ResponseCompleted(finish),
+    ]
+    decision = None
+    for event in events:
+        decision = gate.accept(event) or decision
+    assert decision is not None
+    assert decision.finish_reason == FINISH_REFUSED
+    assert decision.message.tool_calls == ()
+    assert decision.message.refusal == "I can't help with that."
+
+
+def test_a_paused_response_keeps_its_finish_with_refusal_text() -> None:
+    gate = ResponseGate(ALL_TOOLS, lambda event: None)
+    gate.accept(START)
+    gate.accept(RefusalDelta("partial"))
+    decision = gate.accept(ResponseCompleted(FINISH_PAUSED))
+    assert decision is not None
+    assert decision.finish_reason == FINISH_PAUSED
+
+
+def test_content_kept_but_not_shown_counts_as_started_content() -> None:
+    gate = ResponseGate(ALL_TOOLS, lambda event: None)
+    gate.accept(START)
+    gate.accept(ResponseProgress())
+    assert not gate.content_started  # a heartbeat is not content
+    gate.accept(ResponseProgress(content=True))
+    assert gate.content_started

@@ -448,7 +448,7 @@ def test_chat_reasoning_details_are_bounded_while_they_stream() -> None:
     from lockgate.providers.chat.decoder import MAX_REASONING_DETAILS_CHARS, ChatDecoder
 
     decoder = ChatDecoder()
-    piece = "d" * (1 << 20)
+    piece = "d" * ((1 << 20) - 64)  # room for the entry's other fields, counted too
     chunk = {
         "id": "chatcmpl-1",
         "choices": [

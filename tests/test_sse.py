@@ -73,8 +73,13 @@ def test_many_data_lines_in_one_event_are_bounded() -> None:
 
 
 def test_events_at_the_bound_pass() -> None:
-    body = b"z" * 1000
-    assert decode_all([b"data: " + body + b"\n\n"], limit=1001) == [ServerSentEvent(None, body)]
+    # The bound counts an event's lines, without the blank line that ends it.
+    body = b"z" * 994
+    frame = b"data: " + body + b"\n\n"
+    assert decode_all([frame], limit=1000) == [ServerSentEvent(None, body)]
+    assert decode_all([b"data: a\n\n" + frame], limit=1000)[-1] == ServerSentEvent(None, body)
+    with pytest.raises(ResponseFailure):
+        decode_all([b"data: a\n\ndata: z" + body + b"\n\n"], limit=1000)
 
 
 def test_blank_lines_without_data_dispatch_nothing() -> None:
@@ -96,3 +101,18 @@ def test_field_without_colon_and_data_without_space() -> None:
         ServerSentEvent(None, b""),
         ServerSentEvent(None, b"x"),
     ]
+
+
+def test_a_whole_frame_beyond_the_bound_within_one_read_is_refused() -> None:
+    decoder = SSEDecoder(max_event_bytes=1024)
+    with pytest.raises(ResponseFailure) as caught:
+        decoder.feed(b"data: a\n\ndata: " + b"x" * 5000 + b"\n\ndata: b")
+    assert caught.value.kind is FailureKind.BOUND_EXCEEDED
+
+
+def test_the_decoder_says_when_it_holds_an_unfinished_event() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\n\n")
+    assert not decoder.holds_partial_event
+    decoder.feed(b'data: {"cut')
+    assert decoder.holds_partial_event

@@ -125,7 +125,12 @@ class ResponseStarted(StreamEvent):
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseProgress(StreamEvent):
-    """A lifecycle heartbeat (in progress, a ping, a provider-side tool working)."""
+    """A lifecycle heartbeat (in progress, a ping, a provider-side tool working).
+    `content=True`: the provider began output that lockgate keeps but does not show (an
+    encrypted reasoning entry, a server tool block) — the response has produced content, so
+    it is no longer a stream that never started."""
+
+    content: bool = False
 
 
 @fast_init

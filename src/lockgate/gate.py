@@ -224,6 +224,12 @@ class ResponseGate:
             self._observer(event)
             return None
         if self.response_id is None:
+            if isinstance(event, ProviderReportedFailure):
+                # A provider may fail before it starts the response (an error as its first
+                # event): that failure, with its kind and transience, is what happened.
+                self._finished = True
+                self._report_usage(event.usage)
+                raise self._provider_failure(event)
             raise _failure(FailureKind.LIFECYCLE, "response data before the response start")
         if event.response_id is not None and event.response_id != self.response_id:
             raise self._foreign(event)
@@ -251,7 +257,10 @@ class ResponseGate:
             self._finished = True
             self._report_usage(event.usage)
             return self._completed(event)
-        elif not isinstance(event, ResponseProgress):
+        elif isinstance(event, ResponseProgress):
+            if event.content:
+                self.content_started = True
+        else:
             raise _failure(FailureKind.LIFECYCLE, f"unknown event {type(event).__name__}")
         return None
 
@@ -320,6 +329,7 @@ class ResponseGate:
         self._observer(event)
 
     def _native(self, event: NativeOutput) -> None:
+        self.content_started = True
         self._natives += 1
         if self._natives > self._limits.max_native_items:
             raise _failure(
@@ -422,6 +432,8 @@ class ResponseGate:
                 FailureKind.BOUND_EXCEEDED,
                 f"response text exceeded {self._limits.max_text_chars} characters",
             )
+        if refusal and finish != FINISH_PAUSED:
+            finish = FINISH_REFUSED  # a refusal, whatever the provider's finish says
         if finish == FINISH_REFUSED:
             # A refusal releases no call: calls are dropped from the message and its output.
             calls = []

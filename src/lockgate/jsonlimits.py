@@ -28,18 +28,26 @@ _jiter_loads = _jiter()
 MAX_EVENT_DEPTH = 64
 MAX_ARGUMENT_DEPTH = 32
 
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
 _DECODER = json.JSONDecoder()
 _scan_once: Callable[[str, int], tuple[object, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+# Tool arguments are strict JSON: NaN and Infinity (which Python's parser accepts) are not
+# values a tool should be handed.
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_not_json)
 _WHITESPACE = " \t\n\r"
 
 
-def _loads(text: str) -> object:
+def _loads(text: str, decoder: json.JSONDecoder = _DECODER) -> object:
     """`json.loads` without its per-call overheads (the hot path of every decoder)."""
     try:
         try:
-            value, end = _scan_once(text, 0)
+            value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]
         except StopIteration:  # leading whitespace, or nothing valid: the full decoder decides
-            return _DECODER.decode(text)
+            return decoder.decode(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     if end != len(text) and text[end:].strip(_WHITESPACE):
@@ -68,12 +76,13 @@ def _openers(text: str) -> int:
     return text.count("{") + text.count("[")
 
 
-def parse_json(text: str, max_depth: int) -> object:
-    """Parse `text`; ValueError if it is not JSON or nests deeper than `max_depth`.
+def parse_json(text: str, max_depth: int, *, strict: bool = False) -> object:
+    """Parse `text`; ValueError if it is not JSON or nests deeper than `max_depth`
+    (`strict`: NaN and Infinity refused too).
 
     The depth walk runs only when the text holds more brackets than the limit, which an
     ordinary event or argument object never does."""
-    value = _loads(text)
+    value = _loads(text, _STRICT_DECODER if strict else _DECODER)
     if _openers(text) > max_depth and too_deep(value, max_depth):
         raise ValueError(f"JSON nested deeper than {max_depth} levels")
     return value
@@ -123,5 +132,6 @@ def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
 
 
 def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:
-    """A tool call's argument text within the nesting bound."""
-    return parse_json(text, max_depth)
+    """A tool call's argument text: strict JSON (no NaN or Infinity) within the nesting
+    bound."""
+    return parse_json(text, max_depth, strict=True)

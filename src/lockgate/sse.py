@@ -85,7 +85,17 @@ class SSEDecoder:
         frames = bytes(partial).split(_BLANK)
         self._partial = bytearray(frames.pop())
         self._check_size()
+        if len(partial) > self._max and any(len(frame) > self._max for frame in frames):
+            # A whole frame beyond the bound, arrived within one read: refused all the same.
+            raise ResponseFailure(
+                FailureKind.BOUND_EXCEEDED, f"one SSE event exceeded {self._max} bytes"
+            )
         return _events(frames)
+
+    @property
+    def holds_partial_event(self) -> bool:
+        """Whether bytes of an unfinished event are held (received, not yet a frame)."""
+        return bool(self._partial.strip(b"\n"))
 
     def finish(self) -> list[ServerSentEvent]:
         """End of stream. A CR held back as a possible half of CRLF ends its line; an

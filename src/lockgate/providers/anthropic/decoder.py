@@ -149,6 +149,9 @@ _PROVIDER_WHOLE = 5
 
 _NOTHING: tuple[StreamEvent, ...] = ()
 _AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
+# A block kept but not shown began (redacted thinking, a provider-side tool): the response has
+# produced content, and a provider-side action may have begun, so it is no longer unstarted.
+_KEPT_BLOCK_BEGAN: tuple[StreamEvent, ...] = (ResponseProgress(content=True),)
 
 
 def is_provider_block(block_type: str) -> bool:
@@ -402,15 +405,15 @@ class AnthropicDecoder:
             return _NOTHING
         if kind == "redacted_thinking":
             self._open = _Block(index, _REDACTED, item, size)
-            return _NOTHING
+            return _KEPT_BLOCK_BEGAN
         if kind in PROVIDER_INPUT_BLOCKS:
             if "input" in item:
                 _object(item["input"], f"{kind} input")
             self._open = _Block(index, _PROVIDER_INPUT, item, size)
-            return _NOTHING
+            return _KEPT_BLOCK_BEGAN
         if is_provider_block(kind):
             self._open = _Block(index, _PROVIDER_WHOLE, item, size)
-            return _NOTHING
+            return _KEPT_BLOCK_BEGAN
         raise ResponseFailure(
             FailureKind.UNSUPPORTED_OUTPUT,
             f"content block type {kind!r} cannot be replayed; response rejected",

@@ -136,6 +136,16 @@ _CONCATENATED = frozenset({"text", "summary", "data"})
 # bounds a provider block's input): the gate bounds native output by the same figure, but
 # sees these only when the response completes.
 MAX_REASONING_DETAILS_CHARS = 4 * 1024 * 1024
+MAX_REASONING_DETAILS_ENTRIES = 256
+
+
+def _size(value: object) -> int:
+    """Characters a retained JSON value holds (strings directly, containers serialized)."""
+    if type(value) is str:
+        return len(value)
+    if type(value) is dict or type(value) is list:
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+    return 8
 
 
 def _malformed(message: str) -> ResponseFailure:
@@ -163,6 +173,7 @@ class ChatDecoder:
         "_by_index",
         "_calls",
         "_choice",
+        "_content_after_finish",
         "_details",
         "_details_chars",
         "_finish",
@@ -189,6 +200,7 @@ class ChatDecoder:
         self._reasoning_content = TextBuffer()  # for replay, retained compactly
         self._details: dict[tuple[object, object], dict[str, Any]] = {}
         self._details_chars = 0
+        self._content_after_finish = False  # THE choice sent content after its last finish
 
     # --- the StreamDecoder protocol -------------------------------------------------------
 
@@ -243,11 +255,13 @@ class ChatDecoder:
             if error is not None:
                 return self._error(error, events)
             delta = choice.get("delta")
+            produced_content = False
             if delta:
                 if type(delta) is not dict:
                     raise _malformed("delta must be an object")
                 produced = self._delta(delta, index)
                 if produced is not None:  # the delta carried content
+                    produced_content = True
                     if index != self._choice:
                         failure = self._claim(index)
                         if failure is not None:
@@ -255,7 +269,11 @@ class ChatDecoder:
                     if not self._started:
                         events = self._start_synthesized(events)
                     if events is None:
-                        if len(choices) == 1 and choice.get("finish_reason") is None:
+                        if (
+                            len(choices) == 1
+                            and choice.get("finish_reason") is None
+                            and self._finish is None
+                        ):
                             return produced  # the common chunk: one choice, one delta
                         events = list(produced)
                     else:
@@ -267,6 +285,9 @@ class ChatDecoder:
                 failure = self._finished(finish, index)
                 if failure is not None:
                     return self._with_start(events, failure)
+                self._content_after_finish = False
+            elif produced_content and self._finish is not None and index == self._choice:
+                self._content_after_finish = True
         return events or _NOTHING
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
@@ -322,6 +343,8 @@ class ChatDecoder:
             and details
             and self._reasoning_details(details, produced, show=not shown_reasoning)
         ):
+            if not produced:  # content kept, not shown (encrypted): the response has begun
+                produced.append(ResponseProgress(content=True))
             return produced
         return produced or None
 
@@ -401,6 +424,11 @@ class ChatDecoder:
             )
             target = merged.get(key)
             if target is None:
+                if len(merged) >= MAX_REASONING_DETAILS_ENTRIES:
+                    raise ResponseFailure(
+                        FailureKind.BOUND_EXCEEDED,
+                        f"more than {MAX_REASONING_DETAILS_ENTRIES} reasoning_details entries",
+                    )
                 target = merged[key] = {}
             for field, value in entry.items():
                 if value is None:
@@ -420,6 +448,17 @@ class ChatDecoder:
                     else:
                         target[field] = TextBuffer(value)
                 else:
+                    # Every other retained field counts against the same bound (a field
+                    # sent again replaces its earlier value, so only the change counts).
+                    previous = target.get(field)
+                    self._details_chars += _size(value) - (
+                        0 if previous is None else _size(previous)
+                    )
+                    if self._details_chars > MAX_REASONING_DETAILS_CHARS:
+                        raise ResponseFailure(
+                            FailureKind.BOUND_EXCEEDED,
+                            f"reasoning_details exceeded {MAX_REASONING_DETAILS_CHARS} characters",
+                        )
                     target[field] = value
             if not show:
                 continue
@@ -531,6 +570,17 @@ class ChatDecoder:
                         usage=usage,
                     )
                 )
+            return events
+        if not done and self._content_after_finish:
+            # The finish no longer stands for what followed it, and no end marker came.
+            events.append(
+                ProviderReportedFailure(
+                    FailureKind.STREAM_ENDED,
+                    "the stream ended after content that followed the finish_reason, with "
+                    "no new finish and no [DONE]; nothing executed",
+                    usage=usage,
+                )
+            )
             return events
         if finish == "tool_calls" or finish == "stop":
             self._identify_calls(events)
