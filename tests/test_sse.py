@@ -108,11 +108,3 @@ def test_a_whole_frame_beyond_the_bound_within_one_read_is_refused() -> None:
     with pytest.raises(ResponseFailure) as caught:
         decoder.feed(b"data: a\n\ndata: " + b"x" * 5000 + b"\n\ndata: b")
     assert caught.value.kind is FailureKind.BOUND_EXCEEDED
-
-
-def test_the_decoder_says_when_it_holds_an_unfinished_event() -> None:
-    decoder = SSEDecoder()
-    assert decoder.feed(b"data: a\n\n")
-    assert not decoder.holds_partial_event
-    decoder.feed(b'data: {"cut')
-    assert decoder.holds_partial_event

@@ -92,11 +92,6 @@ class SSEDecoder:
             )
         return _events(frames)
 
-    @property
-    def holds_partial_event(self) -> bool:
-        """Whether bytes of an unfinished event are held (received, not yet a frame)."""
-        return bool(self._partial.strip(b"\n"))
-
     def finish(self) -> list[ServerSentEvent]:
         """End of stream. A CR held back as a possible half of CRLF ends its line; an
         event without its closing blank line is incomplete and is discarded (as the SSE
