@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx2
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a script
 
 from benchmarks._common import (
@@ -99,15 +97,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def variant_transport(protocol: str, url: str, variant: str) -> Transport:
-    """lockgate's transport, or proposed changes to it (measured, not adopted): `raw` /
-    `direct`: `_endtoend.ProposedTransport`; `noread`: no SDK per-read timeout; both
-    joined by `+`."""
+    """lockgate's transport, or a proposed change to it (measured, not adopted): `raw` /
+    `direct`: `_endtoend.ProposedTransport`."""
     transport = lockgate_transport(protocol, url, timeout=120.0)
-    if "noread" in variant:
-        sdk = transport._client  # type: ignore[attr-defined]
-        transport._client = sdk.with_options(  # type: ignore[attr-defined]
-            timeout=httpx2.Timeout(120.0, read=None)
-        )
     if "raw" in variant or "direct" in variant:
         from benchmarks._endtoend import ProposedTransport
 
