@@ -268,8 +268,7 @@ def memory_section(report: Report) -> None:
         report.check(
             f"{protocol} pipeline at the text bound alone: retained <= 2x",
             ratio <= 2.0,
-            f"{ratio:.2f} B/char over {chars:,} characters held"
-            + (" (the decoder keeps the answer text too, for a refusal)" if ratio > 2 else ""),
+            f"{ratio:.2f} B/char over {chars:,} characters held",
         )
     count = 1_000_000
     early, late = empty_deltas(count)

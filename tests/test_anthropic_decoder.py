@@ -513,9 +513,13 @@ def test_refusal_detail_falls_back_to_category_then_text(
     events = text_stream("refusal")
     if details is not None:
         events[-2] = message_delta("refusal", stop_details=details)
+    # The decoder states the provider's reason; without one, the gate gives the text.
     terminal = decode_all(events)[-1]
     assert isinstance(terminal, ResponseCompleted)
-    assert terminal.refusal_detail == expected
+    assert terminal.refusal_detail == ("" if details is None else expected)
+    decision = decide(events)
+    assert decision.finish_reason == FINISH_REFUSED
+    assert decision.message.refusal == expected
 
 
 def test_pause_turn_is_a_paused_decision_without_calls() -> None:

@@ -438,7 +438,8 @@ class ResponseGate:
             # A refusal releases no call: calls are dropped from the message and its output.
             calls = []
             parts = [p for p in parts if not isinstance(p, CallPart)]
-            refusal = refusal or event.refusal_detail or "the model refused"
+            # Why: the refusal text, else the provider's stated reason, else what it said.
+            refusal = refusal or event.refusal_detail or text or "the model refused"
         tool_calls = self._validate_batch(calls, text)
         message = Message(
             "assistant",

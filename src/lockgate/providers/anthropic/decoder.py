@@ -46,7 +46,8 @@ THE COMPLETION RULE for Anthropic Messages (every line is tested, accepting and 
    - `max_tokens`, `model_context_window_exceeded` → `ProviderReportedFailure(
      RESPONSE_INCOMPLETE, truncated=True)`: nothing runs (`--recover` may answer the calls);
    - `refusal` → `ResponseCompleted(FINISH_REFUSED, refusal_detail=<stop_details
-     explanation, else its category, else the text streamed>)`: no call is released;
+     explanation, else its category>)`: no call is released (with neither, the gate gives
+     the text streamed as the reason);
    - `pause_turn` → `ResponseCompleted(FINISH_PAUSED)`: the loop sends the response back as
      it is, nothing runs locally (the gate fails a paused response with calls);
    - any other stop reason is lifecycle.
@@ -242,7 +243,6 @@ class AnthropicDecoder:
         "_handlers",
         "_open",
         "_problem",
-        "_said",
         "_started",
         "_stop_details",
         "_stop_reason",
@@ -259,7 +259,6 @@ class AnthropicDecoder:
         self._stop_details: dict[str, Any] | None = None
         self._usage: dict[str, int] = {}
         self._problem = ""  # a provider block whose input was not a JSON object
-        self._said = TextBuffer()  # the answer text, for a refusal without details
         self._handlers: dict[str, Callable[[dict[str, Any], int], Sequence[StreamEvent]]] = {
             "content_block_delta": self._delta,
             "content_block_start": self._block_start,
@@ -329,7 +328,6 @@ class AnthropicDecoder:
                 raise _malformed("delta.text must be a string")
             if not text:
                 return _NOTHING
-            self._said.append(text)
             return (TextDelta(text),)
         if kind == "input_json_delta":
             piece = delta.get("partial_json")
@@ -384,7 +382,6 @@ class AnthropicDecoder:
             text = _optional_string(item.get("text"), "text block text")
             self._open = _Block(index, _TEXT, item, size)
             if text:
-                self._said.append(text)
                 return (TextDelta(text),)
             return _NOTHING
         if kind == "tool_use":
@@ -545,7 +542,7 @@ class AnthropicDecoder:
             value = details.get(field)
             if type(value) is str and value:
                 return value
-        return self._said.value()
+        return ""  # the gate falls back on the answer text
 
     def _error(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         error = payload.get("error")
