@@ -103,6 +103,11 @@ from ...events import (
 from ...events import ResponseStarted as _Started
 from ...jsonlimits import MAX_EVENT_DEPTH, parse_event, parse_json
 from ...sse import ServerSentEvent
+from ..fields import malformed as _malformed
+from ..fields import object_field as _object
+from ..fields import optional_string_field as _optional_string
+from ..fields import string_field as _string
+from ..fields import token_count as _count
 
 __all__ = [
     "MAX_PROVIDER_BLOCK_BYTES",
@@ -164,28 +169,8 @@ def is_provider_block(block_type: str) -> bool:
     )
 
 
-def _malformed(message: str) -> ResponseFailure:
-    return ResponseFailure(FailureKind.MALFORMED_EVENT, message)
-
-
 def _lifecycle(message: str) -> ResponseFailure:
     return ResponseFailure(FailureKind.LIFECYCLE, message)
-
-
-def _string(value: object, what: str) -> str:
-    if type(value) is not str:
-        raise _malformed(f"{what} must be a string")
-    return value
-
-
-def _optional_string(value: object, what: str) -> str:
-    return "" if value is None else _string(value, what)
-
-
-def _object(value: object, what: str) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise _malformed(f"{what} must be an object")
-    return value
 
 
 def _index(payload: dict[str, Any]) -> int:
@@ -193,10 +178,6 @@ def _index(payload: dict[str, Any]) -> int:
     if type(index) is not int or index < 0:
         raise _malformed("index must be a non-negative integer")
     return index
-
-
-def _count(value: object) -> int:
-    return value if type(value) is int and value >= 0 else 0
 
 
 def normalize_usage(raw: dict[str, int]) -> Usage:

@@ -108,6 +108,8 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
+from ..fields import malformed as _malformed
+from ..fields import token_count as _count
 
 __all__ = [
     "MAX_REASONING_DETAILS_CHARS",
@@ -146,10 +148,6 @@ def _size(value: object) -> int:
     if type(value) is dict or type(value) is list:
         return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
     return 8
-
-
-def _malformed(message: str) -> ResponseFailure:
-    return ResponseFailure(FailureKind.MALFORMED_EVENT, message)
 
 
 def synthesized_call_id(response_id: str, key: str) -> str:
@@ -692,10 +690,6 @@ def _content_parts(parts: list[Any], produced: list[StreamEvent]) -> None:
                     text = piece.get("text")
                     if type(text) is str and text:
                         produced.append(ReasoningDelta(text, "raw"))
-
-
-def _count(value: object) -> int:
-    return value if type(value) is int and value >= 0 else 0
 
 
 def _usage(raw: dict[str, Any]) -> Usage:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...conversation import Usage
-from ...errors import FailureKind, ResponseFailure
+from ...errors import FailureKind
 from ...events import (
     OutputCall,
     OutputItem,
@@ -43,6 +43,11 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
+from ..fields import malformed as _malformed
+from ..fields import object_field as _object
+from ..fields import optional_string_field as _optional_string
+from ..fields import string_field as _string
+from ..fields import token_count as _count
 
 # Output items the provider executes itself: never a request for a local action.
 PROVIDER_EXECUTED_ITEMS = frozenset(
@@ -59,28 +64,6 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
 )
 
 _NOTHING: tuple[StreamEvent, ...] = ()
-
-
-def _malformed(message: str) -> ResponseFailure:
-    return ResponseFailure(FailureKind.MALFORMED_EVENT, message)
-
-
-def _string(value: object, what: str) -> str:
-    if type(value) is not str:
-        raise _malformed(f"{what} must be a string")
-    return value
-
-
-def _optional_string(value: object, what: str) -> str:
-    if value is None:
-        return ""
-    return _string(value, what)
-
-
-def _object(value: object, what: str) -> dict[str, Any]:
-    if type(value) is not dict:
-        raise _malformed(f"{what} must be an object")
-    return value
 
 
 def _response_id(response: dict[str, Any]) -> str:
@@ -328,10 +311,6 @@ def _output_items(item: dict[str, Any]) -> list[OutputItem]:
                 parts.append(UnsupportedOutput(f"message content {part.get('type')!s}"))
         return parts
     return [UnsupportedOutput(str(kind))]
-
-
-def _count(value: object) -> int:
-    return value if type(value) is int and value >= 0 else 0
 
 
 def _usage(raw: object) -> Usage | None:
