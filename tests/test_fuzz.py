@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from hypothesis import strategies as st
 
 import lockgate.cli as cli_module
 import lockgate.lab.runner as runner_module
+from lockgate import interrupts
 from lockgate.credentials import Redactor
 from lockgate.errors import ResponseFailure
 from lockgate.events import ignore_event
@@ -124,7 +126,11 @@ def offline_main(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(cli_module, "_protect_process_memory", lambda: None)
     monkeypatch.setattr(cli_module, "_interrupt_signal", _stop_soon)
     monkeypatch.setattr(runner_module, "run_scenario", _fake_scenario_run)
-    sigterm = signal.getsignal(signal.SIGTERM)
+    # main() installs lockgate's signal handlers and unraisable hook: put the test
+    # process's back afterwards, and start from no recorded interrupt.
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    unraisable = sys.unraisablehook
+    monkeypatch.setattr(interrupts, "arrived", [])
 
     def call(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
         # Streams like a terminal's: stdout strict UTF-8, stderr backslash-replacing.
@@ -155,7 +161,9 @@ def offline_main(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     try:
         yield call
     finally:
-        signal.signal(signal.SIGTERM, sigterm)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        sys.unraisablehook = unraisable
 
 
 def _check(code: int, out: str, err: str) -> None:

@@ -43,6 +43,7 @@ from benchmarks.hostile import (
 
 import lockgate.cli as cli_module
 import lockgate.providers.openai.transport  # noqa: F401  (the SDK's import is not timed)
+from lockgate import interrupts
 from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
@@ -97,7 +98,11 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
     variables |= {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
     for name in (*PROXY_VARIABLES, *RETRY_VARIABLES, *sorted(variables)):
         monkeypatch.delenv(name, raising=False)
-    sigterm = signal.getsignal(signal.SIGTERM)
+    # main() installs lockgate's signal handlers and unraisable hook: put the test
+    # process's back afterwards, and start from no recorded interrupt.
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    unraisable = sys.unraisablehook
+    monkeypatch.setattr(interrupts, "arrived", [])
 
     def call(*args: str, key: str | None = None, env: dict[str, str] | None = None) -> Outcome:
         if key is not None:
@@ -115,7 +120,9 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
     try:
         yield call
     finally:
-        signal.signal(signal.SIGTERM, sigterm)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        sys.unraisablehook = unraisable
 
 
 def assert_one_line_usage_error(result: Outcome) -> None:
@@ -778,6 +785,44 @@ def test_sigint_at_any_moment_of_start_up_is_a_clean_interruption(
             assert code == (0 if serving else 130), (delay, code, out, err)
             if code == 130:
                 assert err.splitlines()[-1:] in ([], ["stopped: interrupted"]), err
+
+
+SWALLOWED_INTERRUPT = """\
+import signal, sys, weakref
+from lockgate import interrupts
+interrupts.install()
+class Owner: pass
+owner = Owner()
+ref = weakref.ref(owner, lambda _: interrupts.raise_interrupt(signal.SIGINT, None))
+del owner  # the callback's KeyboardInterrupt: Python swallows it ("Exception ignored")
+sys.argv = ["lockgate", *sys.argv[1:]]
+from lockgate.__main__ import run
+run()
+"""
+
+
+@pytest.mark.parametrize("command", ["serve", "lab"])
+def test_an_interrupt_python_swallowed_still_stops_the_command(command: str) -> None:
+    # Seen in CI: a Ctrl-C that landed in an import's weakref callback was dropped by Python,
+    # and `serve` went on serving until killed.
+    arguments = {"serve": ["serve", "--scenario", "repair"], "lab": ["lab"]}[command]
+    process = subprocess.Popen(
+        [sys.executable, "-c", SWALLOWED_INTERRUPT, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    code, out, err = finish(process, timeout=20)
+    assert no_traceback(err), err
+    assert "Exception ignored" not in err
+    if command == "serve":
+        assert out.startswith("serving ")
+        assert code == 0, err
+        assert "stopped after 0 requests" in err
+    else:
+        assert code == 130, (out, err)
+        assert err.splitlines()[-1] == "stopped: interrupted"
 
 
 def read_serving_line(process: subprocess.Popen[str]) -> str:

@@ -6,6 +6,9 @@ import sys
 def run() -> None:
     """Start the CLI; a Ctrl-C even while it is still being imported is an interruption."""
     try:
+        from . import interrupts
+
+        interrupts.install()  # before the heavier imports: no signal may be lost in them
         from .cli import main
     except KeyboardInterrupt:
         # An interrupt inside an `exec()` of a string (dataclasses build methods that way)

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
-from . import __version__
+from . import __version__, interrupts
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -52,10 +52,6 @@ DEFAULT_DEADLINE_SECONDS = 600.0
 
 class UsageError(Exception):
     """A one-line usage or configuration error (exit 2)."""
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM outside a running session (SIGINT raises KeyboardInterrupt itself)."""
 
 
 _SECRETS: list[str] = []  # the key, once read: redacted from any last-resort message
@@ -378,12 +374,15 @@ def _interrupt_signal() -> Iterator[asyncio.Event]:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(number, interrupted.set)
             installed.append(number)
+    if interrupts.arrived:
+        # A signal came before this (one Python may have swallowed, see `interrupts`).
+        interrupted.set()
     try:
         yield interrupted
     finally:
         for number in installed:
             loop.remove_signal_handler(number)
-        _install_sigterm()
+        interrupts.install()
 
 
 # --- run ---------------------------------------------------------------------------------
@@ -778,16 +777,6 @@ async def _serve(args: argparse.Namespace) -> int:
 # --- entry -------------------------------------------------------------------------------
 
 
-def _raise_interrupted(number: int, frame: object) -> None:
-    raise Interrupted(number)
-
-
-def _install_sigterm() -> None:
-    """SIGTERM interrupts like Ctrl-C (cleanups run) outside a running session."""
-    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-        signal.signal(signal.SIGTERM, _raise_interrupted)
-
-
 def _run_command(args: argparse.Namespace) -> int:
     if args.command == "run":
         from .providers import provider as registry_entry
@@ -840,7 +829,7 @@ def _caused_by_interrupt(exc: BaseException) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """The console entry point: every outcome is an exit code and at most one line on
     stderr, never a traceback."""
-    _install_sigterm()
+    interrupts.install()
     try:
         if sys.stdout is None or sys.stderr is None:
             if sys.stderr is not None:
@@ -851,7 +840,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"lockgate: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except (KeyboardInterrupt, Interrupted):
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`interrupts.Interrupted`)
         return _interrupted()
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
         with contextlib.suppress(OSError):
