@@ -580,7 +580,7 @@ def test_a_conflicting_later_finish_fails() -> None:
     assert "changed from 'length' to 'tool_calls'" in outcome.failure.message
 
 
-def test_content_after_the_finish_is_tolerated() -> None:
+def test_content_between_repeated_finishes_is_accepted() -> None:
     # Gemini through proxies: finish_reason on every chunk.
     outcome = run(text("A", "stop"), text("B", "stop"), DONE)
     assert outcome.decision.message.content == "AB"
@@ -589,6 +589,13 @@ def test_content_after_the_finish_is_tolerated() -> None:
 def test_content_after_the_finish_then_done_or_a_new_finish_completes() -> None:
     assert run(text("A", "stop"), text("B"), DONE).decision.message.content == "AB"
     assert run(text("A", "stop"), text("B", "stop")).decision.message.content == "AB"
+
+
+def test_another_choice_s_finish_does_not_cover_content_after_the_finish() -> None:
+    # A finish from an index that is not THE choice says nothing about THE choice's content.
+    other_finish = chunk({}, "stop", index=1)
+    outcome = run(text("hi", "stop"), *edit_call(), other_finish, eof=True)
+    assert outcome.failure.kind is FailureKind.STREAM_ENDED
 
 
 def test_content_after_the_finish_then_a_bare_end_of_body_releases_nothing() -> None:
@@ -759,6 +766,17 @@ def test_reasoning_details_fields_that_are_not_concatenated_count_against_the_bo
     other = {**once, "index": 1}
     outcome = run(chunk({"reasoning_details": [once, other]}), text("t", "stop"), DONE)
     assert outcome.failure.kind is FailureKind.BOUND_EXCEEDED
+    assert "reasoning_details exceeded" in outcome.failure.message  # the decoder's own bound
+
+
+def test_reasoning_details_field_names_count_against_the_bound() -> None:
+    # Many distinct keys with empty values: each name is retained, so each counts.
+    names = {f"k{i:07d}": "" for i in range(50_000)}
+    entry = {"type": "reasoning.text", "index": 0, **names}
+    pieces = [chunk({"reasoning_details": [{**entry, "index": i}]}) for i in range(12)]
+    outcome = run(*pieces, text("t", "stop"), DONE)
+    assert outcome.failure.kind is FailureKind.BOUND_EXCEEDED
+    assert "reasoning_details exceeded" in outcome.failure.message
 
 
 def test_reasoning_natives_come_just_before_the_completion() -> None:

@@ -228,8 +228,17 @@ def test_arguments_must_parse_to_a_matching_object(arguments: str, needle: str) 
     assert needle in failure.problems[0].problem
 
 
-@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
-def test_non_finite_numbers_are_not_json_arguments(constant: str) -> None:
+@pytest.mark.parametrize(
+    ("constant", "needle"),
+    [
+        ("NaN", "NaN is not JSON"),
+        ("Infinity", "Infinity is not JSON"),
+        ("-Infinity", "Infinity is not JSON"),
+        ("1e999", "1e999 is out of range"),
+        ("-1e400", "-1e400 is out of range"),
+    ],
+)
+def test_non_finite_numbers_are_not_json_arguments(constant: str, needle: str) -> None:
     # Python's parser accepts them; JSON does not, and a number schema would let them by.
     measure = ToolSpec(
         "measure",
@@ -237,7 +246,7 @@ def test_non_finite_numbers_are_not_json_arguments(constant: str) -> None:
         {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]},
     )
     failure = batch_failure(("fc_1", "c1", "measure", f'{{"x": {constant}}}'), tools=[measure])
-    assert f"{constant.lstrip('-')} is not JSON" in failure.problems[0].problem
+    assert needle in failure.problems[0].problem
     message, _ = feed(
         [
             START,
@@ -297,9 +306,8 @@ def test_other_data_before_the_start_is_still_a_lifecycle_failure() -> None:
     assert failure_of([TextDelta("early")]).kind is FailureKind.LIFECYCLE
 
 
-@pytest.mark.parametrize("finish", [None, "tool_calls"])
+@pytest.mark.parametrize("finish", [None, "tool_calls", "stop", "refusal"])
 def test_refusal_text_releases_no_call_whatever_the_finish_says(finish: str | None) -> None:
-    # (`stop` with calls disagrees with itself and fails before the refusal matters.)
     seen: list[Event] = []
     gate = ResponseGate(ALL_TOOLS, seen.append)
     events = [
@@ -315,6 +323,20 @@ def test_refusal_text_releases_no_call_whatever_the_finish_says(finish: str | No
     assert decision.finish_reason == FINISH_REFUSED
     assert decision.message.tool_calls == ()
     assert decision.message.refusal == "I can't help with that."
+
+
+def test_refusal_text_with_a_finish_that_claims_calls_but_has_none_is_a_refusal() -> None:
+    gate = ResponseGate(ALL_TOOLS, lambda event: None)
+    gate.accept(START)
+    gate.accept(RefusalDelta("No."))
+    decision = gate.accept(ResponseCompleted("tool_calls"))
+    assert decision is not None
+    assert (decision.finish_reason, decision.message.refusal) == (FINISH_REFUSED, "No.")
+
+
+def test_refusal_text_does_not_turn_an_unknown_finish_into_a_success() -> None:
+    events = [START, RefusalDelta("No."), ResponseCompleted("made_up")]
+    assert failure_of(events).kind is FailureKind.LIFECYCLE
 
 
 def test_a_paused_response_keeps_its_finish_with_refusal_text() -> None:

@@ -13,6 +13,7 @@ from lockgate.events import (
     OutputText,
     ProviderReportedFailure,
     ResponseCompleted,
+    ResponseProgress,
     ResponseStarted,
     TextDelta,
     ToolArgumentsDelta,
@@ -95,6 +96,21 @@ def decode(payload: object, event: str | None = None) -> object:
     events = ResponsesDecoder().decode(ServerSentEvent(event, data))
     assert len(events) <= 1
     return events[0] if events else None
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "message", "id": "msg_1", "content": []},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+        {"type": "web_search_call", "id": "ws_1", "status": "in_progress"},
+    ],
+)
+def test_any_other_output_item_added_is_output_begun(item: dict[str, object]) -> None:
+    # Not shown, perhaps never shown (encrypted reasoning, a provider-side tool at work),
+    # but output: a response that failed after it was no stream that never started.
+    added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+    assert decode(added) == ResponseProgress(content=True)
 
 
 def test_decodes_lifecycle_and_deltas() -> None:

@@ -75,6 +75,9 @@ __all__ = [
 
 
 PROGRESS_STEP_CHARS = 256
+# The finishes that refusal text overrides: every successful one but a pause (whose refusal
+# text, if any, is part of the paused work), and none that is not a success.
+_REFUSABLE = frozenset({None, FINISH_WITH_CALLS, FINISH_WITHOUT_CALLS, FINISH_REFUSED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +183,9 @@ class ResponseGate:
         self._native_bytes = 0
         self._natives = 0
         self.response_id: str | None = None
-        self.content_started = False  # any text, refusal, reasoning or call fragment arrived
+        # Any text, refusal, reasoning or call fragment arrived, or output kept but not
+        # shown (a native item, `ResponseProgress(content=True)`).
+        self.content_started = False
         self._finished = False
 
     @property
@@ -424,7 +429,6 @@ class ResponseGate:
             parts, calls = self._streamed_output()
         else:
             parts, calls = self._snapshot_output(event.output)
-        finish = self._finish_reason(event.finish_reason, bool(calls))
         text = "".join(p.text for p in parts if isinstance(p, TextPart))
         refusal = "".join(p.text for p in parts if isinstance(p, RefusalPart))
         if len(text) + len(refusal) > self._limits.max_text_chars:
@@ -432,8 +436,10 @@ class ResponseGate:
                 FailureKind.BOUND_EXCEEDED,
                 f"response text exceeded {self._limits.max_text_chars} characters",
             )
-        if refusal and finish != FINISH_PAUSED:
-            finish = FINISH_REFUSED  # a refusal, whatever the provider's finish says
+        if refusal and event.finish_reason in _REFUSABLE:
+            finish = FINISH_REFUSED  # a refusal, whatever the successful finish says
+        else:
+            finish = self._finish_reason(event.finish_reason, bool(calls))
         if finish == FINISH_REFUSED:
             # A refusal releases no call: calls are dropped from the message and its output.
             calls = []

@@ -9,6 +9,7 @@ a malformed event or an invalid call, never an internal error.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,11 +34,19 @@ def _not_json(constant: str) -> object:
     raise ValueError(f"{constant} is not JSON")
 
 
+def _finite(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999: JSON, but no number a tool can be handed
+        raise ValueError(f"{literal} is out of range for a number")
+    return value
+
+
 _DECODER = json.JSONDecoder()
 _scan_once: Callable[[str, int], tuple[object, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
-# Tool arguments are strict JSON: NaN and Infinity (which Python's parser accepts) are not
+# Tool arguments are strict JSON with finite numbers: NaN and Infinity (which Python's parser
+# accepts) and numbers beyond a float's range (1e999, which it reads as infinity) are not
 # values a tool should be handed.
-_STRICT_DECODER = json.JSONDecoder(parse_constant=_not_json)
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
 _WHITESPACE = " \t\n\r"
 
 
@@ -132,6 +141,6 @@ def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
 
 
 def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:
-    """A tool call's argument text: strict JSON (no NaN or Infinity) within the nesting
-    bound."""
+    """A tool call's argument text: strict JSON with finite numbers (no NaN, Infinity or
+    1e999) within the nesting bound."""
     return parse_json(text, max_depth, strict=True)

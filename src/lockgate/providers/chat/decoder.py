@@ -39,7 +39,9 @@ COMPLETION RULE, as implemented here:
   index that sent one).
 - Several finish chunks are idempotent (the same value again, or null later: the earlier one
   stays); a different non-null finish later is `lifecycle` at once. Content after the finish
-  is tolerated (Gemini through proxies sends finish_reason on every chunk).
+  is accepted (Gemini through proxies sends finish_reason on every chunk) only if a new finish
+  of THE choice or `[DONE]` follows it: a bare end of body after such content is
+  `stream_ended` (the finish does not cover what came after it).
 - Text: `delta.content` as a string (null, absent and "" alike) or a list of typed parts
   (Mistral): `text` parts are text, `thinking` parts (`thinking: [{type: text, text}]`) are
   raw reasoning, other parts are ignored. `delta.refusal` is a refusal. Only `delta` is
@@ -53,8 +55,11 @@ COMPLETION RULE, as implemented here:
   first-seen order); just before `ResponseCompleted` they become
   `NativeOutput("reasoning", {"reasoning_content": …})` and/or
   `NativeOutput("reasoning", {"reasoning_details": […]})`. `delta.reasoning` is not replayed.
-  The concatenated details are bounded while they stream (`MAX_REASONING_DETAILS_CHARS`,
-  4 MiB, as the gate bounds native output at the end): beyond it, `bound_exceeded`.
+  The merged details are bounded while they stream, as the gate bounds native output at the
+  end: at most `MAX_REASONING_DETAILS_ENTRIES` (256) entries, and
+  `MAX_REASONING_DETAILS_CHARS` (4 Mi) characters in all — field names, concatenated pieces
+  and every other value counted; beyond either, `bound_exceeded`. An entry with no text to
+  show (encrypted data) is `ResponseProgress(content=True)`: output has begun.
 - Tool-call fragments are routed by index AND id. A fragment opens a NEW call when nothing
   is open for its routing key, or it carries a non-empty id different from the open call's
   non-empty id (Ollama sends parallel calls at index 0), or a non-empty name different from
@@ -113,6 +118,7 @@ from ..fields import token_count as _count
 
 __all__ = [
     "MAX_REASONING_DETAILS_CHARS",
+    "MAX_REASONING_DETAILS_ENTRIES",
     "TRANSIENT_ERROR_CODES",
     "ChatDecoder",
     "synthesized_call_id",
@@ -134,9 +140,9 @@ _NOTHING: tuple[StreamEvent, ...] = ()
 _AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
 _DONE = b"[DONE]"
 _CONCATENATED = frozenset({"text", "summary", "data"})
-# The bound on the concatenated text of merged `reasoning_details` (as Anthropic's decoder
-# bounds a provider block's input): the gate bounds native output by the same figure, but
-# sees these only when the response completes.
+# The bounds on merged `reasoning_details` (as Anthropic's decoder bounds a provider block's
+# input): the gate bounds native output by the same figure, but sees these only when the
+# response completes.
 MAX_REASONING_DETAILS_CHARS = 4 * 1024 * 1024
 MAX_REASONING_DETAILS_ENTRIES = 256
 
@@ -283,7 +289,8 @@ class ChatDecoder:
                 failure = self._finished(finish, index)
                 if failure is not None:
                     return self._with_start(events, failure)
-                self._content_after_finish = False
+                if index == self._finish_index:  # the finish covers what came before it
+                    self._content_after_finish = False
             elif produced_content and self._finish is not None and index == self._choice:
                 self._content_after_finish = True
         return events or _NOTHING
@@ -297,7 +304,8 @@ class ChatDecoder:
 
     def _delta(self, delta: dict[str, Any], index: int) -> list[StreamEvent] | None:
         """The events of one choice's delta, in the order of its fields; None when it
-        carried no content (an encrypted reasoning entry is content without an event)."""
+        carried no content (an encrypted reasoning entry alone is
+        `ResponseProgress(content=True)`)."""
         if len(delta) == 1:
             content = delta.get("content")
             if type(content) is str:  # the common chunk: one text piece
@@ -403,6 +411,14 @@ class ChatDecoder:
         if text:
             produced.append(ToolArgumentsDelta(call.key, text))
 
+    def _retain_details(self, chars: int) -> None:
+        self._details_chars += chars
+        if self._details_chars > MAX_REASONING_DETAILS_CHARS:
+            raise ResponseFailure(
+                FailureKind.BOUND_EXCEEDED,
+                f"reasoning_details exceeded {MAX_REASONING_DETAILS_CHARS} characters",
+            )
+
     def _reasoning_details(
         self, details: list[Any], produced: list[StreamEvent], *, show: bool
     ) -> bool:
@@ -431,32 +447,23 @@ class ChatDecoder:
             for field, value in entry.items():
                 if value is None:
                     continue
+                # Everything retained counts against one bound, like a provider block's
+                # input (the gate sees these only at the end): a new field its name, a
+                # concatenated one each piece, any other the change of its value (a field
+                # sent again replaces the earlier value).
+                previous = target.get(field)
                 if field in _CONCATENATED and type(value) is str:
-                    # Concatenated in a compact buffer (not `previous + value`: quadratic),
-                    # bounded like a provider block (the gate sees it only at the end).
-                    self._details_chars += len(value)
-                    if self._details_chars > MAX_REASONING_DETAILS_CHARS:
-                        raise ResponseFailure(
-                            FailureKind.BOUND_EXCEEDED,
-                            f"reasoning_details exceeded {MAX_REASONING_DETAILS_CHARS} characters",
-                        )
-                    previous = target.get(field)
+                    # Concatenated in a compact buffer (not `previous + value`: quadratic).
+                    self._retain_details(len(value) + (len(field) if previous is None else 0))
                     if type(previous) is TextBuffer:
                         previous.append(value)
                     else:
                         target[field] = TextBuffer(value)
                 else:
-                    # Every other retained field counts against the same bound (a field
-                    # sent again replaces its earlier value, so only the change counts).
-                    previous = target.get(field)
-                    self._details_chars += _size(value) - (
-                        0 if previous is None else _size(previous)
+                    size = _size(value)
+                    self._retain_details(
+                        size + len(field) if previous is None else size - _size(previous)
                     )
-                    if self._details_chars > MAX_REASONING_DETAILS_CHARS:
-                        raise ResponseFailure(
-                            FailureKind.BOUND_EXCEEDED,
-                            f"reasoning_details exceeded {MAX_REASONING_DETAILS_CHARS} characters",
-                        )
                     target[field] = value
             if not show:
                 continue

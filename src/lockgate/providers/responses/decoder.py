@@ -64,6 +64,7 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
 )
 
 _NOTHING: tuple[StreamEvent, ...] = ()
+_OUTPUT_BEGAN: tuple[StreamEvent, ...] = (ResponseProgress(content=True),)
 
 
 def _response_id(response: dict[str, Any]) -> str:
@@ -160,7 +161,9 @@ class ResponsesDecoder:
     def _item_added(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = _object(payload.get("item"), "item")
         if item.get("type") != "function_call":
-            return _NOTHING
+            # Output began (a message, reasoning that may be encrypted only, a tool the
+            # provider runs itself): the response is no longer a stream that never started.
+            return _OUTPUT_BEGAN
         return (
             ToolCallStarted(
                 _optional_string(item.get("id"), "item.id"),
