@@ -257,6 +257,7 @@ def argv(draw: st.DrawFn) -> tuple[list[str], bool]:
 @example(case=(["run", "--max-turns", "1", "x\x1b]0;title\x07"], False))
 @example(case=(["serve", "--scenario", "repair", "--host", "\n"], False))
 @example(case=(["run", "--api-key-env", "\udcff"], True))
+@example(case=(["run", "--json", "--base-url", DEAD_URL, "--retry-attempts", "1"], True))
 def test_garbage_argv_has_a_defined_outcome(
     offline_main: Any, case: tuple[list[str], bool]
 ) -> None:
@@ -267,8 +268,10 @@ def test_garbage_argv_has_a_defined_outcome(
     code, out, err = offline_main(words, env)
     event(f"{words[:1]} exit {code}")
     _check(code, out, err)
-    if code == 1 and words[:1] == ["run"]:
-        assert "stopped: provider_failure" in out or "stopped: turn_limit" in out, out
+    if code == 1 and words[:1] == ["run"]:  # the closing line, as text or as JSON
+        stopped = ("stopped: ", '"stopped": "')
+        reasons = ("provider_failure", "turn_limit")
+        assert any(f"{s}{r}" in out for s in stopped for r in reasons), out
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
