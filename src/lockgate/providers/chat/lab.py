@@ -590,6 +590,13 @@ def eof_before_finish_turns() -> list[Turn]:
     return [_edit().turn()]
 
 
+def content_after_finish_turns() -> list[Turn]:
+    # A finish, then a call, then the body ends cleanly: nothing marks the end of the call.
+    builder = ChunkBuilder("chatcmpl-after").start().text("Looking.")
+    builder.finish("stop", done=False).call(0, "call_1", "edit", EDIT_JSON)
+    return [builder.turn()]
+
+
 def done_without_finish_turns() -> list[Turn]:
     builder = _edit()
     builder.events.append(DONE)
@@ -831,6 +838,12 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = (
         "the body ends before any finish_reason",
         failure(FailureKind.STREAM_ENDED, closed_early=0),
         eof_before_finish_turns,
+    ),
+    _s(
+        "content-after-finish",
+        "a finish, then a call, then the body ends without a new finish or [DONE]",
+        failure(FailureKind.STREAM_ENDED, closed_early=0),
+        content_after_finish_turns,
     ),
     _s(
         "done-without-finish",
