@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lockgate.lab.scenarios import SCENARIOS, text_turn
+from lockgate.lab.scenario import text_turn
+from lockgate.lab.scenarios import SCENARIOS
 from lockgate.providers import PROVIDERS
 
 from .helpers import ServerThread

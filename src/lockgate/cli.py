@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import dataclasses
 import gc
-import ipaddress
 import math
 import os
 import signal
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from .credentials import Redactor
     from .display import HumanDisplay, JsonLinesDisplay
     from .lab.runner import LabResult
+    from .lab.scenario import Scenario
     from .providers.base import Provider
     from .retry import RetryPolicy
     from .session import SessionOutcome
@@ -130,14 +130,12 @@ def _text(what: str) -> Callable[[str], str]:
 
 
 def _loopback_host(text: str) -> str:
-    host = "127.0.0.1" if text == "localhost" else text
+    from .lab.server import check_loopback
+
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a loopback address")
-    return host
+        return check_loopback(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _base_url(text: str) -> str:
@@ -160,12 +158,6 @@ def _provider_names() -> list[str]:
     from .providers import PROVIDERS
 
     return list(PROVIDERS)
-
-
-def _scenario_names() -> list[str]:
-    from .lab.scenarios import SCENARIOS
-
-    return [scenario.name for scenario in SCENARIOS]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,19 +218,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--continuation",
         choices=["stateless", "native"],
-        help="responses only. stateless: full history, store false (default); native: store "
-        "true and previous_response_id",
+        help=f"{_providers_with('continuation')} only. stateless: full history, store false "
+        "(default); native: store true and previous_response_id",
     )
     run.add_argument(
         "--encrypted-reasoning",
         choices=["auto", "on", "off"],
-        help="responses only: ask for encrypted reasoning to replay (auto: reasoning models)",
+        help=f"{_providers_with('encrypted_reasoning')} only: ask for encrypted reasoning to "
+        "replay (auto: reasoning models)",
     )
     run.add_argument(
         "--thinking-budget",
         type=_thinking_tokens,
         metavar="N",
-        help="anthropic only: extended thinking with this token budget",
+        help=f"{_providers_with('thinking_budget')} only: extended thinking with this token budget",
     )
     run.add_argument(
         "--recover",
@@ -435,14 +428,21 @@ def _protect_process_memory() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0)
 
 
+def _providers_with(option: str) -> str:
+    """Which providers take a provider option (`continuation` → "responses"), from the
+    registry."""
+    from .providers import PROVIDERS
+
+    return ", ".join(name for name, entry in PROVIDERS.items() if option in entry.options)
+
+
 def _check_run_options(provider: Provider, args: argparse.Namespace) -> None:
-    flags = {
-        "continuation": "--continuation",
-        "encrypted_reasoning": "--encrypted-reasoning",
-        "thinking_budget": "--thinking-budget",
-    }
-    for option, flag in flags.items():
-        if getattr(args, option) is not None and option not in provider.options:
+    from .providers import PROVIDERS
+
+    options = {option for entry in PROVIDERS.values() for option in entry.options}
+    for option in sorted(options - provider.options):
+        if getattr(args, option) is not None:
+            flag = "--" + option.replace("_", "-")
             raise UsageError(f"{flag} is not available with --provider {provider.name}")
     if args.recovery_budget is not None and not args.recover:
         raise UsageError("--recovery-budget needs --recover")
@@ -637,11 +637,19 @@ async def _run_lab(args: argparse.Namespace) -> int:
     return await _until_interrupted(_lab(args))
 
 
+def _scenario(name: str) -> Scenario:
+    from .lab.scenarios import SCENARIOS_BY_NAME
+
+    scenario = SCENARIOS_BY_NAME.get(name)
+    if scenario is None:
+        raise UsageError(f"unknown scenario {name!r} (see lockgate lab --help)")
+    return scenario
+
+
 async def _lab(args: argparse.Namespace) -> int:
     from .credentials import Redactor
     from .display import JsonLinesDisplay
     from .lab.runner import lab_runs, run_scenario
-    from .lab.scenarios import SCENARIOS_BY_NAME
     from .session import SessionOutcome
 
     with _temporary_directory("lockgate-lab-"):
@@ -668,10 +676,7 @@ async def _lab(args: argparse.Namespace) -> int:
             _lab_table(results, sys.stdout)
             print(f"{len(results) - len(failed)} of {len(results)} runs behaved as expected")
         return EXIT_OK if not failed else EXIT_FAILED
-    chosen = SCENARIOS_BY_NAME.get(args.scenario)
-    if chosen is None:
-        raise UsageError(f"unknown scenario {args.scenario!r} (see lockgate lab --help)")
-    scenario = chosen
+    scenario = _scenario(args.scenario)
     runs = lab_runs(scenario, providers, args.transport)
     if not runs:
         raise UsageError(
@@ -710,7 +715,6 @@ async def _lab(args: argparse.Namespace) -> int:
 
 async def _serve(args: argparse.Namespace) -> int:
     from .display import visible
-    from .lab.scenarios import SCENARIOS_BY_NAME
     from .lab.script import MAX_SCRIPT_BYTES, ScriptError, load_script
     from .lab.server import serve_script
     from .providers import DEFAULT_PROVIDER
@@ -743,9 +747,7 @@ async def _serve(args: argparse.Namespace) -> int:
         turns = script.turns
         name = _one_line(str(args.script))  # a path may hold any byte
     else:
-        scenario = SCENARIOS_BY_NAME.get(args.scenario)
-        if scenario is None:
-            raise UsageError(f"unknown scenario {args.scenario!r} (see lockgate lab --help)")
+        scenario = _scenario(args.scenario)
         if not scenario.runs_on(provider):
             raise UsageError(f"scenario {scenario.name} does not run on {provider}")
         turns = scenario.turns()

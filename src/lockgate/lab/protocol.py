@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -10,6 +11,15 @@ if TYPE_CHECKING:
     from .scenario import Scenario
 
 Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
+
+
+def typed_sse_frame(event: Frame) -> bytes:
+    """A protocol whose events carry their `type` (Responses, Anthropic): `event: <type>`
+    and the compact JSON as `data`; `{"raw": …}` verbatim."""
+    if "raw" in event and "type" not in event:
+        return str(event["raw"]).encode()
+    data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
 
 
 class LabProtocol(Protocol):

@@ -43,8 +43,8 @@ class ScriptedStream:
 class InstrumentedTransport:
     """Wraps any transport for the lab: records whether each acquired stream was closed,
     and makes the streams opened by the attempts numbered in `close_fails` (0-based) raise on
-    close (after really
-    closing). A client-side fault, so it works the same over both transports."""
+    close (after really closing). A client-side fault, so it works the same over both
+    transports."""
 
     def __init__(self, inner: Transport, close_fails: frozenset[int] = frozenset()) -> None:
         self._inner = inner

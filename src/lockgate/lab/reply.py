@@ -53,7 +53,7 @@ class Call:
 
     @property
     def argument_text(self) -> str:
-        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return argument_text(self.arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,13 +94,16 @@ class ReplyUsage:
         return self.input_tokens + self.output_tokens
 
 
+LAB_MODEL = "lab-model"  # the model name every lab reply and request uses unless told
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     response_id: str
     parts: tuple[Part, ...] = ()
     ending: Ending = "complete"
     usage: ReplyUsage | None = field(default_factory=ReplyUsage)
-    model: str = "lab-model"
+    model: str = LAB_MODEL
     error_code: str = "server_error"  # for `error` / `failed` endings
     error_message: str = "The server had an error while processing your request."
 
@@ -125,6 +128,18 @@ def split(text: str, pieces: int) -> list[str]:
         return []
     size = max(1, -(-len(text) // max(1, pieces)))
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def argument_text(arguments: str | Mapping[str, Any]) -> str:
+    """A call's argument bytes: a string as it is, an object as JSON."""
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def argument_pieces(text: str, pieces: int, *, cut: bool = False) -> list[str]:
+    """The argument fragments a renderer streams; `cut`: only about the first half (a call
+    cut off mid-arguments)."""
+    sent = split(text, pieces)
+    return sent[: max(1, len(sent) // 2)] if cut else sent
 
 
 ErrorKind = Literal[

@@ -29,7 +29,6 @@ from .script import Turn
 from .server import serve_script
 
 LabTransport = Literal["inprocess", "http"]
-LAB_MODEL = "lab-model"
 LAB_API_KEY = "lab-key-not-a-secret"
 LAB_IDLE_TIMEOUT_SECONDS = 1.0
 LAB_DEADLINE_SECONDS = 30.0

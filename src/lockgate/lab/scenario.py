@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..conversation import Usage
 from ..errors import FailureKind
-from .script import Turn
+from .reply import LAB_MODEL, Call, Reply, Say
+from .script import Faults, Turn
 
 if TYPE_CHECKING:
     from .protocol import LabProtocol
@@ -42,7 +44,7 @@ HTTP_ONLY: frozenset[str] = frozenset({"http"})
 class LabOptions:
     """How the client is configured for a scenario."""
 
-    model: str = "lab-model"
+    model: str = LAB_MODEL
     custom: bool = False  # a custom provider (normalized events on the wire), not a codec
     continuation: Literal["stateless", "native"] = "stateless"
     encrypted_reasoning: bool | None = None
@@ -87,6 +89,12 @@ class Scenario:
         return self.protocols is None or provider in self.protocols
 
 
+def own(provider: str, *scenarios: Scenario) -> tuple[Scenario, ...]:
+    """A protocol's own scenarios: they run on `provider` only."""
+    only = frozenset({provider})
+    return tuple(dataclasses.replace(scenario, protocols=only) for scenario in scenarios)
+
+
 def failure(kind: FailureKind | str, *, closed_early: int | None = None) -> Expectation:
     """A failure expectation: one opening, nothing executed."""
     return Expectation(str(kind), attempts=1, tools_executed=0, closed_early=closed_early)
@@ -97,6 +105,12 @@ def answered(attempts: int = 1, answer: str | None = None) -> Expectation:
     return Expectation(
         "model_finished", attempts=attempts, tools_executed=0, answer=answer, closed_early=0
     )
+
+
+def finished(attempts: int, tools_executed: int, *, fixed: bool = False) -> Expectation:
+    """The model finished after `attempts` openings and `tools_executed` tool runs (`fixed`:
+    the fixture's bug is fixed)."""
+    return Expectation("model_finished", attempts, tools_executed, fixed=fixed, closed_early=0)
 
 
 def waited(expected: float, tolerance: float = 0.0) -> Check:
@@ -115,3 +129,22 @@ def result_of(observation: Observation, request: int, call_id: str) -> str:
     """The result request number `request` sends back for `call_id`, placed where the
     protocol wants it (empty if absent or misplaced)."""
     return observation.protocol.tool_result(observation.requests[request], call_id) or ""
+
+
+# --- turns ---------------------------------------------------------------------------------
+
+
+def reply_turn(reply: Reply, faults: Faults | None = None) -> Turn:
+    return Turn(reply=reply, faults=faults or Faults())
+
+
+def text_turn(response_id: str, text: str = "The bug is in add.", pieces: int = 4) -> Turn:
+    """A turn whose reply is only answer text."""
+    return reply_turn(Reply(response_id, (Say(text, pieces),)))
+
+
+def call_turn(number: int, name: str, arguments: dict[str, str], text: str = "") -> Turn:
+    """Turn `number` of the repair conversation: one call, after optional text."""
+    parts: tuple[Say | Call, ...] = (Say(text),) if text else ()
+    call = Call(f"call_repair_{number}", name, arguments)
+    return reply_turn(Reply(f"resp_repair_{number}", (*parts, call)))

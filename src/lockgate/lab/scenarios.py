@@ -15,8 +15,12 @@ from .scenario import (
     Observation,
     Scenario,
     answered,
+    call_turn,
     failure,
+    finished,
+    reply_turn,
     result_of,
+    text_turn,
     waited,
 )
 from .script import Faults, Turn
@@ -25,20 +29,6 @@ __all__ = ["EDIT_FIX", "FIXED_SOURCE", "NEUTRAL_SCENARIOS", "SCENARIOS", "SCENAR
 
 UNICODE_ANSWER = "Ünïcödé ✓ — 修正済み: `add` now adds. 🎉"
 TRUNCATED_EDIT = '{"path": "calculator.py", "old": "return a - b", "new": "return a +'
-
-
-def reply_turn(reply: Reply, faults: Faults | None = None) -> Turn:
-    return Turn(reply=reply, faults=faults or Faults())
-
-
-def text_turn(response_id: str, text: str = "The bug is in add.", pieces: int = 4) -> Turn:
-    return reply_turn(Reply(response_id, (Say(text, pieces),)))
-
-
-def call_turn(number: int, name: str, arguments: dict[str, str], text: str = "") -> Turn:
-    parts: tuple[Say | Call, ...] = (Say(text),) if text else ()
-    call = Call(f"call_repair_{number}", name, arguments)
-    return reply_turn(Reply(f"resp_repair_{number}", (*parts, call)))
 
 
 def repair_turns() -> list[Turn]:
@@ -285,7 +275,7 @@ NEUTRAL_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "repair",
         "discover, read, test, read, edit, test, answer: the bug is fixed",
-        Expectation("model_finished", attempts=7, tools_executed=6, fixed=True, closed_early=0),
+        finished(7, 6, fixed=True),
         repair_turns,
     ),
     Scenario(
@@ -327,7 +317,7 @@ NEUTRAL_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "reasoning-item",
         "reasoning before an edit: accepted (replayable), the edit runs",
-        Expectation("model_finished", attempts=2, tools_executed=1, fixed=True, closed_early=0),
+        finished(2, 1, fixed=True),
         reasoning_item_turns,
     ),
     Scenario(
@@ -477,14 +467,14 @@ NEUTRAL_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "usage",
         "typed usage per response, summed per run (each protocol's own usage fields)",
-        Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0),
+        finished(2, 1),
         usage_turns,
         check=check_usage,
     ),
     Scenario(
         "recover-malformed",
         "--recover: a malformed edit gets an error observation; the model reissues it",
-        Expectation("model_finished", attempts=4, tools_executed=2, fixed=True, closed_early=0),
+        finished(4, 2, fixed=True),
         recover_malformed_turns,
         options=LabOptions(recovery_budget=2),
         check=check_recover_malformed,
@@ -492,7 +482,7 @@ NEUTRAL_SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         "recover-truncated",
         "--recover: a call cut off by the output limit is answered, not run; reissued",
-        Expectation("model_finished", attempts=3, tools_executed=1, fixed=True, closed_early=0),
+        finished(3, 1, fixed=True),
         recover_truncated_turns,
         options=LabOptions(recovery_budget=2),
         check=check_recover_truncated,

@@ -15,12 +15,14 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from ..jsonlimits import too_deep
 from .protocol import Frame, LabProtocol
 from .reply import (
+    LAB_MODEL,
     Call,
+    Ending,
     OpeningError,
     ProviderTool,
     Refuse,
@@ -28,7 +30,6 @@ from .reply import (
     ReplyUsage,
     Say,
     Think,
-    split,
 )
 
 DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
@@ -293,7 +294,7 @@ _TURN_KEYS = {"events", "status", "body", "headers", "connection_error", "faults
 _FAULT_KEYS = {f.name for f in fields(Faults)}
 _REPLY_KEYS = {"id", "text", "reasoning", "refusal", "calls", "ending", "usage", "model"}
 _CALL_KEYS = {"id", "name", "arguments", "cut"}
-_ENDINGS = ("complete", "truncated", "error", "failed", "paused", "open")
+_ENDINGS: tuple[str, ...] = get_args(Ending)
 
 
 def _turn(number: int, raw: object) -> Turn:
@@ -401,7 +402,7 @@ def _reply(where: str, spec: object) -> Reply:
         reply_usage = ReplyUsage(**usage)
     except TypeError:
         raise ScriptError(f"{where}: reply usage keys must be from {_usage_keys()}") from None
-    model = _text_field(where, spec, "model") or "lab-model"
+    model = _text_field(where, spec, "model") or LAB_MODEL
     return Reply(response_id, tuple(parts), ending, reply_usage, model)
 
 
@@ -421,5 +422,4 @@ __all__ = [
     "body_actions",
     "fragments",
     "load_script",
-    "split",
 ]

@@ -19,8 +19,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ...errors import FailureKind
-from ...lab.protocol import Frame
+from ...lab.protocol import Frame, typed_sse_frame
 from ...lab.reply import (
+    LAB_MODEL,
     Broken,
     Call,
     OpeningError,
@@ -30,6 +31,8 @@ from ...lab.reply import (
     ReplyUsage,
     Say,
     Think,
+    argument_pieces,
+    argument_text,
     split,
 )
 from ...lab.scenario import (
@@ -40,7 +43,10 @@ from ...lab.scenario import (
     Scenario,
     answered,
     failure,
+    finished,
+    own,
     result_of,
+    text_turn,
     waited,
 )
 from ...lab.script import Turn
@@ -145,7 +151,7 @@ class MessageBuilder:
     def __init__(
         self,
         message_id: str,
-        model: str = "lab-model",
+        model: str = LAB_MODEL,
         usage: ReplyUsage | None = DEFAULT_USAGE,  # None: zeros (the API always reports)
     ) -> None:
         self.message_id = message_id
@@ -234,12 +240,10 @@ class MessageBuilder:
     ) -> MessageBuilder:
         """A client tool call. `finish=False`: only about half of the arguments are sent;
         the block is then left open unless `close` (the output limit closes it)."""
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        text = argument_text(arguments)
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
         index = self._block_start(block)
-        sent = split(text, pieces)
-        if not finish:
-            sent = sent[: max(1, len(sent) // 2)]
+        sent = argument_pieces(text, pieces, cut=not finish)
         for piece in ["", *sent]:  # the API's first fragment is always empty
             self._delta(index, {"type": "input_json_delta", "partial_json": piece})
         self.content[index] = {**block, "input": _parsed_or_empty(text if finish else "")}
@@ -388,10 +392,7 @@ class AnthropicLab:
         return list(render(reply).events)
 
     def frame(self, event: Frame) -> bytes:
-        if "raw" in event and "type" not in event:
-            return str(event["raw"]).encode()
-        data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-        return f"event: {event['type']}\ndata: {data}\n\n".encode()
+        return typed_sse_frame(event)
 
     def endless_event(self, kind: Literal["text", "unknown"]) -> Frame:
         if kind == "text":
@@ -459,7 +460,6 @@ def _result_text(content: object) -> str:
 
 # --- Anthropic-only scenarios ----------------------------------------------------------------
 
-ONLY = frozenset({"anthropic"})
 THINKING_BUDGET = 2048
 THOUGHT = 'Look at the files first — the README names the bug; "add" may subtract.'
 SIGNATURE = "EuYBCkQIBxgCKkCf+/Zq9w==sig-lab-thinking-replay"
@@ -484,7 +484,7 @@ def _exact(block: object) -> str:
 
 def _thinking_turns() -> list[Turn]:
     first = Reply("msg_think_1", (Think(THOUGHT, SIGNATURE, 4), Call("call_1", "discover", {})))
-    return [Turn(reply=first), Turn(reply=Reply("msg_think_2", (Say("The bug is in add."),)))]
+    return [Turn(reply=first), text_turn("msg_think_2", "The bug is in add.")]
 
 
 def check_thinking_replay(observation: Observation) -> list[str]:
@@ -511,7 +511,7 @@ def _redacted_turns() -> list[Turn]:
     for data in REDACTED:
         builder.redacted_thinking(data)
     builder.tool_use("call_1", "discover", {}).finish("tool_use")
-    return [builder.turn(), Turn(reply=Reply("msg_redacted_2", (Say("Done."),)))]
+    return [builder.turn(), text_turn("msg_redacted_2", "Done.")]
 
 
 def check_redacted_replay(observation: Observation) -> list[str]:
@@ -535,7 +535,7 @@ INTERLEAVED = (
 def _interleaved_turns() -> list[Turn]:
     return [
         Turn(reply=Reply("msg_interleaved_1", INTERLEAVED)),
-        Turn(reply=Reply("msg_interleaved_2", (Say("add subtracts."),))),
+        text_turn("msg_interleaved_2", "add subtracts."),
     ]
 
 
@@ -567,7 +567,7 @@ def _parallel_turns() -> list[Turn]:
             Call("call_2", "read", {"path": "calculator.py"}),
         ),
     )
-    return [Turn(reply=reply), Turn(reply=Reply("msg_parallel_2", (Say("Both read."),)))]
+    return [Turn(reply=reply), text_turn("msg_parallel_2", "Both read.")]
 
 
 def check_parallel(observation: Observation) -> list[str]:
@@ -588,7 +588,7 @@ def _overload_start(message_id: str) -> Turn:
 
 
 def _overload_turns() -> list[Turn]:
-    return [_overload_start("msg_overload_1"), Turn(reply=Reply("msg_never", (Say("No."),)))]
+    return [_overload_start("msg_overload_1"), text_turn("msg_never", "No.")]
 
 
 def _overload_retried_turns() -> list[Turn]:
@@ -598,7 +598,7 @@ def _overload_retried_turns() -> list[Turn]:
 
 def _overload_after_text_turns() -> list[Turn]:
     reply = Reply("msg_overload_text", (Say("Starting the fix."),), "error")
-    return [Turn(reply=reply), Turn(reply=Reply("msg_never", (Say("No."),)))]
+    return [Turn(reply=reply), text_turn("msg_never", "No.")]
 
 
 def _max_tokens_turns() -> list[Turn]:
@@ -695,7 +695,7 @@ def _empty_input_turns() -> list[Turn]:
     builder.content.append(block)
     return [
         builder.finish("tool_use").turn(),
-        Turn(reply=Reply("msg_empty_input_2", (Say("Listed."),))),
+        text_turn("msg_empty_input_2", "Listed."),
     ]
 
 
@@ -711,7 +711,7 @@ def check_empty_input(observation: Observation) -> list[str]:
 
 def _server_tool_turns() -> list[Turn]:
     first = Reply("msg_search_1", (ProviderTool(SEARCH_QUERY), Call("call_1", "edit", EDIT_FIX)))
-    return [Turn(reply=first), Turn(reply=Reply("msg_search_2", (Say("Fixed."),)))]
+    return [Turn(reply=first), text_turn("msg_search_2", "Fixed.")]
 
 
 def check_server_tool(observation: Observation) -> list[str]:
@@ -743,53 +743,49 @@ def _billing_turns() -> list[Turn]:
     error = OpeningError(
         402, "quota", "Your credit balance is too low to access the Anthropic API."
     )
-    return [Turn(error=error), Turn(reply=Reply("msg_never", (Say("No."),)))]
+    return [Turn(error=error), text_turn("msg_never", "No.")]
 
 
 _THINKING = LabOptions(thinking_budget=THINKING_BUDGET)
 
-ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
+ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = own(
+    "anthropic",
     Scenario(
         "anthropic-thinking-replay",
         "thinking (with signature) + call: replayed byte for byte, first, before its tool_use",
-        Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0),
+        finished(2, 1),
         _thinking_turns,
         options=_THINKING,
         check=check_thinking_replay,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-redacted-thinking",
         "two redacted_thinking blocks + call: replayed unchanged, in order, before it",
-        Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0),
+        finished(2, 1),
         _redacted_turns,
         options=_THINKING,
         check=check_redacted_replay,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-interleaved-thinking",
         "thinking, call, thinking, call: each thinking block replayed in place",
-        Expectation("model_finished", attempts=2, tools_executed=2, closed_early=0),
+        finished(2, 2),
         _interleaved_turns,
         options=_THINKING,
         check=check_interleaved,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-parallel-results",
         "two calls in one response: both tool_results first, in one user message",
-        Expectation("model_finished", attempts=2, tools_executed=2, closed_early=0),
+        finished(2, 2),
         _parallel_turns,
         check=check_parallel,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-overload-before-content",
         "event: error overloaded_error before any content: fails, no second request",
         failure(FailureKind.PROVIDER_ERROR, closed_early=0),
         _overload_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-overload-retry-unstarted",
@@ -797,7 +793,6 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
         answered(2, "Answered after the overload."),
         _overload_retried_turns,
         options=LabOptions(retry_unstarted=True),
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-overload-after-text",
@@ -805,7 +800,6 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
         failure(FailureKind.PROVIDER_ERROR, closed_early=0),
         _overload_after_text_turns,
         options=LabOptions(retry_unstarted=True),
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-max-tokens-in-tool-use",
@@ -813,21 +807,18 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         _max_tokens_turns,
         check=check_max_tokens,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-tool-use-without-call",
         "stop_reason tool_use, but no tool_use block",
         failure(FailureKind.LIFECYCLE, closed_early=0),
         _tool_use_without_call_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-end-turn-with-call",
         "stop_reason end_turn, but a tool_use block: the call does not run",
         failure(FailureKind.LIFECYCLE, closed_early=0),
         _end_turn_with_call_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-pause-turn",
@@ -835,7 +826,6 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
         answered(2, "The search agrees: add must add."),
         _pause_turns,
         check=check_pause,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-refusal",
@@ -843,30 +833,26 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
         Expectation("model_refused", attempts=1, tools_executed=0, closed_early=0),
         _refusal_turns,
         check=check_refusal,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-missing-message-stop",
         "message_delta tool_use, then the body ends without message_stop",
         failure(FailureKind.STREAM_ENDED, closed_early=0),
         _missing_stop_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-empty-input",
         'a no-parameter tool whose only partial_json is "": runs with {}',
-        Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0),
+        finished(2, 1),
         _empty_input_turns,
         check=check_empty_input,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-server-tool-blocks",
         "server_tool_use + web_search_tool_result before a call: replayed, never executed",
-        Expectation("model_finished", attempts=2, tools_executed=1, fixed=True, closed_early=0),
+        finished(2, 1, fixed=True),
         _server_tool_turns,
         check=check_server_tool,
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-529-retry-after",
@@ -874,13 +860,11 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = (
         answered(2, "Answered after the overload."),
         _overloaded_529_turns,
         check=waited(3.0),
-        protocols=ONLY,
     ),
     Scenario(
         "anthropic-billing-error",
         "402 billing_error: the quota is exhausted, one request",
         failure(FailureKind.QUOTA_EXHAUSTED, closed_early=0),
         _billing_turns,
-        protocols=ONLY,
     ),
 )

@@ -22,9 +22,19 @@ from ...lab.reply import (
     ReplyUsage,
     Say,
     Think,
+    argument_pieces,
     split,
 )
-from ...lab.scenario import EDIT_FIX, Expectation, Observation, Scenario, failure
+from ...lab.scenario import (
+    EDIT_FIX,
+    Expectation,
+    Observation,
+    Scenario,
+    answered,
+    failure,
+    finished,
+    own,
+)
 from ...lab.script import Turn
 from ..openai.lab import openai_error_body, openai_reset_headers
 
@@ -105,9 +115,7 @@ class ChunkBuilder:
                 ]
             }
         )
-        sent = split(arguments, pieces)
-        if cut:
-            sent = sent[: max(1, len(sent) // 2)]
+        sent = argument_pieces(arguments, pieces, cut=cut)
         for piece in sent:
             self.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
         return self
@@ -118,8 +126,10 @@ class ChunkBuilder:
         self.chunk({}, reason)
         if usage is not None:
             self.raw_chunk({"choices": [], "usage": usage_object(usage)})
-        if done:
-            self.events.append(DONE)
+        return self.done() if done else self
+
+    def done(self) -> ChunkBuilder:
+        self.events.append(DONE)
         return self
 
     def turn(self) -> Turn:
@@ -261,12 +271,11 @@ class ChatLab:
 
 # --- Chat's own scenarios: the quirks of compatible servers --------------------------------
 
-ONLY = frozenset({"chat"})
 EDIT_JSON = json.dumps(EDIT_FIX)
 READ_README = json.dumps({"path": "README.md"})
-_FIXED = Expectation("model_finished", attempts=2, tools_executed=1, fixed=True, closed_early=0)
-_TWO_TOOLS = Expectation("model_finished", attempts=2, tools_executed=2, closed_early=0)
-_DISCOVERED = Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0)
+_FIXED = finished(2, 1, fixed=True)
+_TWO_TOOLS = finished(2, 2)
+_DISCOVERED = finished(2, 1)
 
 
 def _then_answer(*turns: Turn) -> list[Turn]:
@@ -420,7 +429,7 @@ def multiple_finish_turns() -> list[Turn]:
     builder = _edit(ChunkBuilder("chatcmpl-openrouter"))
     builder.chunk({}, "tool_calls").chunk({}, "tool_calls", usage=usage_object(ReplyUsage()))
     builder.raw_chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": None}]})
-    builder.events.append(DONE)
+    builder.done()
     return _then_answer(builder.turn())
 
 
@@ -579,8 +588,7 @@ def fresh_chunk_ids_turns() -> list[Turn]:
             frames.append(frame)
         else:
             frames.append({**frame, "id": f"chatcmpl-proxy-{number}"})
-    answer = ChunkBuilder("chatcmpl-answer").start().text("Fixed.").finish("stop")
-    return [Turn(events=tuple(frames)), answer.turn()]
+    return _then_answer(Turn(events=tuple(frames)))
 
 
 # fail-closed side
@@ -599,7 +607,7 @@ def content_after_finish_turns() -> list[Turn]:
 
 def done_without_finish_turns() -> list[Turn]:
     builder = _edit()
-    builder.events.append(DONE)
+    builder.done()
     return [builder.turn()]
 
 
@@ -653,7 +661,7 @@ def choice_error_turns() -> list[Turn]:
             ]
         }
     )
-    builder.events.append(DONE)
+    builder.done()
     return [builder.turn()]
 
 
@@ -681,7 +689,7 @@ def error_after_finish_turns() -> list[Turn]:
             "error": {"code": 400, "message": "Token limit reached"},
         }
     )
-    builder.events.append(DONE)
+    builder.done()
     return [builder.turn()]
 
 
@@ -710,10 +718,11 @@ def merged_parallel_turns() -> list[Turn]:
 
 
 def _s(name: str, summary: str, expect: Expectation, turns: Any, **kw: Any) -> Scenario:
-    return Scenario(f"chat-{name}", summary, expect, turns, protocols=ONLY, **kw)
+    return Scenario(f"chat-{name}", summary, expect, turns, **kw)
 
 
-CHAT_SCENARIOS: tuple[Scenario, ...] = (
+CHAT_SCENARIOS: tuple[Scenario, ...] = own(
+    "chat",
     _s(
         "no-done",
         "finish, then the body ends without [DONE] (Writer, GPUStack): accepted",
@@ -797,13 +806,13 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = (
     _s(
         "choice-index-one",
         "the single choice at index 1 (Writer): accepted",
-        Expectation("model_finished", 1, 0, answer="The bug is in add.", closed_early=0),
+        answered(1, answer="The bug is in add."),
         choice_index_one_turns,
     ),
     _s(
         "groq-usage",
         "usage only in x_groq.usage: counted",
-        Expectation("model_finished", 1, 0, closed_early=0),
+        answered(1),
         groq_usage_turns,
         check=check_groq_usage,
     ),
@@ -824,7 +833,7 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = (
     _s(
         "typed-content-parts",
         "content as typed parts, thinking beside text (Mistral): the text parts are the answer",
-        Expectation("model_finished", 1, 0, answer="The bug is in add.", closed_early=0),
+        answered(1, answer="The bug is in add."),
         typed_content_turns,
     ),
     _s(

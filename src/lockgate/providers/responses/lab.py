@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ...errors import FailureKind
-from ...lab.protocol import Frame
+from ...lab.protocol import Frame, typed_sse_frame
 from ...lab.reply import (
     Broken,
     Call,
@@ -26,16 +26,19 @@ from ...lab.reply import (
     ReplyUsage,
     Say,
     Think,
+    argument_pieces,
+    argument_text,
     split,
 )
 from ...lab.scenario import (
     EDIT_FIX,
-    Expectation,
     LabOptions,
     Observation,
     Scenario,
     answered,
     failure,
+    finished,
+    own,
 )
 from ...lab.script import Faults, Turn
 from ..openai.lab import openai_error_body, openai_reset_headers
@@ -168,14 +171,12 @@ class ResponseBuilder:
         status: str = "completed",
     ) -> ResponseBuilder:
         """A function call item; with `finish=False` the stream stops mid-arguments."""
-        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        text = argument_text(arguments)
         index = len(self.output)
         base = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name}
         added = {**base, "status": "in_progress", "arguments": ""}
         self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        sent = split(text, pieces)
-        if not finish:
-            sent = sent[: max(1, len(sent) // 2)]
+        sent = argument_pieces(text, pieces, cut=not finish)
         for piece in sent:
             self._emit(
                 {
@@ -359,10 +360,7 @@ class ResponsesLab:
         return list(render(reply).events)
 
     def frame(self, event: Frame) -> bytes:
-        if "raw" in event and "type" not in event:
-            return str(event["raw"]).encode()
-        data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-        return f"event: {event['type']}\ndata: {data}\n\n".encode()
+        return typed_sse_frame(event)
 
     def endless_event(self, kind: Literal["text", "unknown"]) -> Frame:
         if kind == "text":
@@ -641,114 +639,100 @@ def lifecycle_violation_turns() -> list[Turn]:
     return [Turn(events=tuple(events))]
 
 
-ONLY = frozenset({"responses"})
-_FIXED = Expectation("model_finished", attempts=2, tools_executed=1, fixed=True, closed_early=0)
+_FIXED = finished(2, 1, fixed=True)
 
-RESPONSES_SCENARIOS: tuple[Scenario, ...] = (
+RESPONSES_SCENARIOS: tuple[Scenario, ...] = own(
+    "responses",
     Scenario(
         "changed-call",
         "terminal arguments differ from the streamed ones",
         failure(FailureKind.CALL_MISMATCH, closed_early=0),
         changed_call_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "missing-call",
         "the terminal output omits a streamed call",
         failure(FailureKind.CALL_MISMATCH, closed_early=0),
         missing_call_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "duplicate-start",
         "response.created twice",
         failure(FailureKind.LIFECYCLE),
         duplicate_start_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "wrong-response-id",
         "response.completed names another response",
         failure(FailureKind.LIFECYCLE, closed_early=0),
         wrong_response_id_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "unsupported-item",
         "an output item asking for a client action lockgate cannot run (computer_call)",
         failure(FailureKind.UNSUPPORTED_OUTPUT, closed_early=0),
         unsupported_item_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "incomplete-call-item",
         "a completed response whose function_call item the provider marks incomplete",
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         incomplete_call_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "response-failed",
         "response.failed mid-arguments",
         failure(FailureKind.RESPONSE_FAILED, closed_early=0),
         response_failed_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "done-sentinel",
         "a gateway's trailing data: [DONE] after response.completed",
         answered(answer="A gateway's [DONE] is fine."),
         done_sentinel_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "data-only-gateway",
         "no event: lines (the type only in the JSON), then data: [DONE]",
         _FIXED,
         data_only_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "background-start",
         "background mode: response.queued first, no response.created",
         _FIXED,
         background_start_turns,
-        protocols=ONLY,
     ),
     Scenario(
         "provider-tool-item",
         "a web_search_call the provider ran itself: accepted, replayed in place, never executed",
         _FIXED,
         provider_tool_turns,
-        protocols=ONLY,
         check=check_provider_tool,
     ),
     Scenario(
         "reasoning-replay",
         "reasoning item + call, then an answer: the item is replayed before its call",
-        Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0),
+        finished(2, 1),
         reasoning_replay_turns,
         options=LabOptions(model=REASONING_MODEL),
         check=check_reasoning_replay,
-        protocols=ONLY,
     ),
     Scenario(
         "reasoning-orphan-guard",
         "a trailing reasoning item with no item after it is never sent",
-        Expectation("model_finished", attempts=2, tools_executed=1, closed_early=0),
+        finished(2, 1),
         reasoning_orphan_guard_turns,
         options=LabOptions(model=REASONING_MODEL),
         check=check_orphan_guard,
-        protocols=ONLY,
     ),
     Scenario(
         "native-continuation",
         "store: true; continued requests carry previous_response_id and only new items",
-        Expectation("model_finished", attempts=3, tools_executed=2, closed_early=0),
+        finished(3, 2),
         native_continuation_turns,
         options=LabOptions(continuation="native"),
         check=check_native_continuation,
-        protocols=ONLY,
     ),
     Scenario(
         "lifecycle-violation",
@@ -756,7 +740,6 @@ RESPONSES_SCENARIOS: tuple[Scenario, ...] = (
         failure(FailureKind.CALL_MISMATCH, closed_early=0),
         lifecycle_violation_turns,
         options=LabOptions(custom=True),
-        protocols=ONLY,
     ),
 )
 
