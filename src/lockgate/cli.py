@@ -541,7 +541,7 @@ async def _run_live(args: argparse.Namespace, provider: Provider, api_key: str) 
             )
         finally:
             await client.aclose()
-        _print_outcome(outcome, meter.total if meter.reported else None, display, redact)
+        _print_outcome(outcome, meter.usage, display, redact)
     if outcome.outcome == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -27,7 +26,7 @@ from .gate import Decision, GateLimits, ResponseGate
 from .providers.base import ProviderCodec, StreamDecoder
 from .retry import RetryPolicy, Sleep
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
-from .transport import ByteStream, Transport
+from .transport import ByteStream, Transport, check_timeout
 
 __all__ = [
     "DEFAULT_DEADLINE_SECONDS",
@@ -44,10 +43,6 @@ class ModelClient(Protocol):
     """What the agent loop awaits each turn."""
 
     async def complete(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> Message: ...
-
-
-class _Silence(Exception):
-    """The watchdog fired: no byte for the idle timeout."""
 
 
 class _Watchdog:
@@ -100,14 +95,6 @@ class _Watchdog:
         return self._task.uncancel() <= self._cancelling
 
 
-def _positive_finite(value: float, name: str) -> float:
-    if isinstance(value, bool) or not (
-        isinstance(value, int | float) and math.isfinite(value) and value > 0
-    ):
-        raise ValueError(f"{name} must be a positive, finite number of seconds")
-    return float(value)
-
-
 class StreamingModelClient:
     """Encodes, opens with retry, decodes, gates and closes one response per call."""
 
@@ -132,8 +119,8 @@ class StreamingModelClient:
         self.retry = retry or RetryPolicy()
         self.limits = limits or GateLimits()
         self.max_event_bytes = max_event_bytes
-        self.idle_timeout = _positive_finite(idle_timeout, "idle_timeout")
-        self.deadline = _positive_finite(deadline, "deadline")
+        self.idle_timeout = check_timeout(idle_timeout, "idle_timeout")
+        self.deadline = check_timeout(deadline, "deadline")
         self.sleep = sleep
         self.rng = rng
         # Server text in failures never carries the credential (the transport knows it).
@@ -141,7 +128,6 @@ class StreamingModelClient:
             redactor or getattr(transport, "redactor", None) or (lambda text: text)
         )
         self.opening_attempts = 0  # total over this client's life, for reports
-        self._deadline_at = 0.0  # loop time at which the current response's deadline falls
         self.closed = False
 
     async def aclose(self) -> None:
@@ -174,9 +160,10 @@ class StreamingModelClient:
         try:
             async with asyncio.timeout(self.deadline) as whole:
                 watchdog = _Watchdog(self.idle_timeout)
-                self._deadline_at = asyncio.get_running_loop().time() + self.deadline
+                deadline_at = whole.when()
+                assert deadline_at is not None
                 try:
-                    return await self._attempts(request, gate, watchdog)
+                    return await self._attempts(request, gate, watchdog, deadline_at)
                 except asyncio.CancelledError:
                     if watchdog.absorb():
                         raise ResponseFailure(
@@ -195,7 +182,11 @@ class StreamingModelClient:
             ) from None
 
     async def _attempts(
-        self, request: dict[str, object], gate: ResponseGate, watchdog: _Watchdog
+        self,
+        request: dict[str, object],
+        gate: ResponseGate,
+        watchdog: _Watchdog,
+        deadline_at: float,
     ) -> Decision:
         attempts = self.retry.attempts
         attempt = 0
@@ -203,7 +194,7 @@ class StreamingModelClient:
             attempt += 1
             try:
                 stream = await self._open(request, watchdog)
-                return await self._consume(stream, gate, watchdog)
+                return await self._consume(stream, gate, watchdog, deadline_at)
             except OpenFailure as failure:
                 if not failure.retryable or attempt >= attempts:
                     raise
@@ -245,10 +236,10 @@ class StreamingModelClient:
         return wanted
 
     async def _consume(
-        self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog
+        self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog, deadline_at: float
     ) -> Decision:
         try:
-            decision = await self._read(stream, gate, watchdog)
+            decision = await self._read(stream, gate, watchdog, deadline_at)
         except BaseException as exc:  # failure or cancellation: close, then propagate
             watchdog.disarm()
             # The response already failed; that failure is what the caller sees.
@@ -278,12 +269,14 @@ class StreamingModelClient:
         opening."""
         return self.retry.retry_unstarted and failure.transient and not gate.content_started
 
-    async def _read(self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog) -> Decision:
+    async def _read(
+        self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog, deadline_at: float
+    ) -> Decision:
+        """`deadline_at`: the loop time at which this response's deadline falls."""
         sse = SSEDecoder(self.max_event_bytes)
         decoder = self.codec.new_decoder()
         decision: Decision | None = None
         clock = asyncio.get_running_loop().time
-        deadline_at = self._deadline_at
         async for chunk in stream:
             watchdog.touch()
             # A huge read (a decompressed flood) is framed a slice at a time, so that the

@@ -41,18 +41,16 @@ class ToolCall:
 class Usage:
     """Token usage of one response, or a sum of several, in the same terms for every provider.
 
-    - `input_tokens`: every input token of the request, cached ones included. OpenAI reports
-      it so (`input_tokens` / `prompt_tokens`); for Anthropic it is `input_tokens +
-      cache_read_input_tokens + cache_creation_input_tokens` (Anthropic's own
-      `input_tokens` excludes cached tokens).
-    - `cached_input_tokens`: the part of the input read from the provider's prompt cache
-      (OpenAI `cached_tokens`, Anthropic `cache_read_input_tokens`).
-    - `cache_write_tokens`: the part of the input written to the cache (Anthropic
-      `cache_creation_input_tokens`, OpenAI Responses `cache_write_tokens` where reported);
+    - `input_tokens`: every input token of the request, cached ones included (where a
+      provider counts cached input apart, its decoder adds it back).
+    - `cached_input_tokens`: the part of the input read from the provider's prompt cache.
+    - `cache_write_tokens`: the part of the input written to the cache, where reported;
       kept apart from cache reads because providers bill them differently.
     - `output_tokens`: every generated token, reasoning included.
     - `reasoning_tokens`: the part of the output spent on reasoning, where reported.
     - `total_tokens`: the provider's own total, or input + output where it states none.
+
+    Each provider's decoder documents its mapping of native usage fields to these.
     """
 
     input_tokens: int = 0
@@ -95,10 +93,9 @@ class NativeItem:
     """A provider-native output item, opaque to lockgate and replayed unchanged, in place,
     only to the producer that made it.
 
-    `reasoning`: Responses reasoning items, Anthropic `thinking` / `redacted_thinking`
-    blocks, Chat reasoning fields that a server wants back. `provider_output`: what the
-    provider executed itself (built-in / server tools and their results). Neither is ever a
-    request for a local action.
+    `reasoning`: a protocol's reasoning output (items, blocks or fields) that the server
+    wants back. `provider_output`: what the provider executed itself (built-in / server
+    tools and their results). Neither is ever a request for a local action.
     """
 
     kind: NativeKind
@@ -137,12 +134,13 @@ class Message:
     """One entry of the portable history.
 
     Assistant messages also record where they came from: `producer` (provider and model,
-    e.g. `responses:gpt-5`), the provider's `response_id` and `usage`. `content` is the
+    `provider:model`), the provider's `response_id` and `usage`. `content` is the
     answer text and `refusal` a refusal, kept apart. `output` is the response's output in
     its original order (text, refusals, calls, native items), so that the same producer can
     be sent back exactly what it produced; portable messages leave it empty, and encoders
-    for another producer use only `content`, `refusal` and `tool_calls`. `paused`: the
-    provider paused the turn (Anthropic `pause_turn`); it is sent back as it is to continue.
+    for another producer use only `content`, `refusal` and `tool_calls`. `paused`: a
+    provider's paused turn (finish reason `pause_turn`); it is sent back as it is to
+    continue.
     """
 
     role: Role
@@ -250,9 +248,8 @@ def _strict_object(schema: object, depth: int = 0) -> bool:
             return False
         if not all(_strict_object(value, depth + 1) for value in properties.values()):
             return False
-    for key in ("items",):
-        if key in schema and not _strict_object(schema[key], depth + 1):
-            return False
+    if "items" in schema and not _strict_object(schema["items"], depth + 1):
+        return False
     for key in ("anyOf", "oneOf", "allOf"):
         if key in schema:
             options = schema[key]

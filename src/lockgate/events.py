@@ -56,6 +56,9 @@ def fast_init(cls: _Class) -> _Class:
     return cls
 
 
+_FOLD = 64  # fragments joined into one block (a module global: cheaper than self.FOLD)
+
+
 class TextBuffer:
     """Text that arrives in fragments, retained compactly (the gate's text and arguments, a
     decoder's thinking or refusal text).
@@ -70,7 +73,7 @@ class TextBuffer:
 
     __slots__ = ("_blocks", "_pending", "chars")
 
-    FOLD = 64
+    FOLD = _FOLD
 
     def __init__(self, first: str = "") -> None:
         self._blocks: list[str] = []
@@ -83,7 +86,7 @@ class TextBuffer:
         pending = self._pending
         pending.append(text)
         self.chars += len(text)
-        if len(pending) >= 64:
+        if len(pending) >= _FOLD:
             self._fold()
 
     def _fold(self) -> None:
@@ -105,6 +108,10 @@ class TextBuffer:
 
 
 # --- produced by provider decoders -------------------------------------------------------
+
+# The bound on all native output one response may retain (`GateLimits.max_native_bytes`);
+# decoders that keep native output before the gate sees it bound it by the same figure.
+MAX_NATIVE_BYTES = 4 * 1024 * 1024
 
 
 @fast_init
@@ -190,8 +197,8 @@ class ToolArgumentsDelta(StreamEvent):
 @fast_init
 @dataclass(frozen=True, slots=True)
 class NativeOutput(StreamEvent):
-    """An opaque native item completed in the stream (a thinking block at its stop, a
-    provider-executed tool block, reasoning fields a server wants back). It becomes part of
+    """An opaque native item completed in the stream (reasoning output at its end, a
+    provider-executed tool's output, reasoning fields a server wants back). It becomes part of
     the response's output in stream order; it never authorizes anything."""
 
     kind: NativeKind
@@ -397,6 +404,11 @@ class UsageMeter:
         if isinstance(event, UsageReported):
             self.total += event.usage
             self.reported = True
+
+    @property
+    def usage(self) -> Usage | None:
+        """The sum, or None when no response reported usage ("not reported", never 0)."""
+        return self.total if self.reported else None
 
 
 def fan_out(*observers: Observer) -> Observer:

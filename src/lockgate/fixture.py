@@ -67,13 +67,6 @@ READ_LIMIT_CHARS = 12_000
 TEST_OUTPUT_LIMIT_CHARS = 8_000
 TEST_TIMEOUT_SECONDS = 30.0
 
-_NO_PARAMETERS: dict[str, Any] = {
-    "type": "object",
-    "properties": {},
-    "required": [],
-    "additionalProperties": False,
-}
-
 
 def _string_parameters(**descriptions: str) -> dict[str, Any]:
     return {
@@ -86,7 +79,7 @@ def _string_parameters(**descriptions: str) -> dict[str, Any]:
     }
 
 
-DISCOVER = ToolSpec("discover", "List the project's readable files.", _NO_PARAMETERS)
+DISCOVER = ToolSpec("discover", "List the project's readable files.")
 READ = ToolSpec(
     "read",
     "Read one project file (output is bounded; a truncation note says when).",
@@ -101,7 +94,7 @@ EDIT = ToolSpec(
         new="The replacement text.",
     ),
 )
-TEST = ToolSpec("test", "Run the project's unit tests and return their output.", _NO_PARAMETERS)
+TEST = ToolSpec("test", "Run the project's unit tests and return their output.")
 
 READ_ONLY_TOOLS: tuple[ToolSpec, ...] = (DISCOVER, READ)
 ALL_TOOLS: tuple[ToolSpec, ...] = (DISCOVER, READ, EDIT, TEST)

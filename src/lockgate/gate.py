@@ -7,7 +7,7 @@ invalid call rejects every call of the response.
 
 Lifecycle: the response starts first and once, with an id; every event that names its
 response names the same one; nothing follows the terminal event (failure or success).
-Completion: where the protocol sends a final output snapshot (Responses), its calls must be
+Completion: where the protocol's terminal event carries an output snapshot, its calls must be
 exactly the streamed calls (ids, names, argument bytes); where it sends none, the decision is
 built from the streamed parts. A stated finish reason must agree with the calls. Batch: call
 ids non-empty and unique, every tool exposed, arguments a JSON object (bounded nesting)
@@ -39,6 +39,7 @@ from .events import (
     FINISH_REFUSED,
     FINISH_WITH_CALLS,
     FINISH_WITHOUT_CALLS,
+    MAX_NATIVE_BYTES,
     NativeOutput,
     Observer,
     OutputCall,
@@ -64,8 +65,6 @@ from .events import (
 from .jsonlimits import MAX_ARGUMENT_DEPTH, parse_arguments
 
 __all__ = [
-    "FINISH_WITHOUT_CALLS",
-    "FINISH_WITH_CALLS",
     "CallProblem",
     "Decision",
     "GateLimits",
@@ -89,7 +88,7 @@ class GateLimits:
     max_calls: int = 8
     max_argument_chars: int = 16_000
     max_native_items: int = 64
-    max_native_bytes: int = 4 * 1024 * 1024
+    max_native_bytes: int = MAX_NATIVE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +124,6 @@ class InvalidBatch(ResponseFailure):
         )
 
 
-_Text = TextBuffer  # the gate's compact fragment store (events.TextBuffer)
-
-
 class _PendingCall:
     __slots__ = ("arguments", "call_id", "key", "name", "shown")
 
@@ -135,7 +131,7 @@ class _PendingCall:
         self.key = key
         self.call_id = call_id
         self.name = name
-        self.arguments = _Text(arguments)
+        self.arguments = TextBuffer(arguments)
         self.shown = 0  # argument characters last published as progress
 
     def output(self) -> OutputCall:
@@ -172,12 +168,9 @@ class ResponseGate:
     def reset(self) -> None:
         """Forget everything streamed: a new attempt's response starts from nothing."""
         self._pending: dict[str, _PendingCall] = {}
-        # The streamed output in order: ("text"|"refusal", _Text), ("call", key),
+        # The streamed output in order: ("text"|"refusal", TextBuffer), ("call", key),
         # ("native", item). Text is kept once, here.
         self._layout: list[tuple[str, object]] = []
-        # The text buffer at the end of the layout, if the last entry is text or refusal.
-        self._tail_kind: str | None = None
-        self._tail = _Text()
         self._text_chars = 0
         self._reasoning_chars = 0
         self._native_bytes = 0
@@ -194,7 +187,7 @@ class ResponseGate:
         return "".join(
             value.value()
             for kind, value in self._layout
-            if kind == "text" and isinstance(value, _Text)
+            if kind == "text" and isinstance(value, TextBuffer)
         )
 
     def accept(self, event: StreamEvent) -> Decision | None:
@@ -238,12 +231,7 @@ class ResponseGate:
             raise _failure(FailureKind.LIFECYCLE, "response data before the response start")
         if event.response_id is not None and event.response_id != self.response_id:
             raise self._foreign(event)
-        if isinstance(event, ToolArgumentsDelta):
-            self._arguments(event)
-        elif isinstance(event, TextDelta):
-            self._preview("text", event.text)
-            self._observer(event)
-        elif isinstance(event, RefusalDelta):
+        if isinstance(event, RefusalDelta):
             self._preview("refusal", event.text)
             self._observer(event)
         elif isinstance(event, ReasoningDelta):
@@ -315,13 +303,13 @@ class ResponseGate:
                 FailureKind.BOUND_EXCEEDED,
                 f"text preview exceeded {self._limits.max_text_chars} characters",
             )
-        if self._tail_kind == kind:
-            self._tail.append(text)
-        else:
-            buffer = _Text(text)
-            self._layout.append((kind, buffer))
-            self._tail_kind = kind
-            self._tail = buffer
+        layout = self._layout
+        if layout:
+            tail_kind, tail = layout[-1]
+            if tail_kind == kind:  # the text or refusal at the end of the layout grows
+                tail.append(text)  # type: ignore[attr-defined]  # a TextBuffer
+                return
+        layout.append((kind, TextBuffer(text)))
 
     def _reasoning(self, event: ReasoningDelta) -> None:
         self.content_started = True
@@ -348,7 +336,6 @@ class ResponseGate:
                 f"native output exceeded {self._limits.max_native_bytes} bytes",
             )
         self._layout.append(("native", NativeItem(event.kind, event.item)))
-        self._tail_kind = None
 
     def _call_started(self, event: ToolCallStarted) -> None:
         self.content_started = True
@@ -359,20 +346,20 @@ class ResponseGate:
                 FailureKind.BOUND_EXCEEDED, f"more than {self._limits.max_calls} tool calls"
             )
         pending = _PendingCall(event.key, event.call_id, event.name, event.arguments)
-        self._check_arguments(pending)
+        if pending.arguments.chars > self._limits.max_argument_chars:
+            raise self._arguments_exceeded()
         self._pending[event.key] = pending
         self._layout.append(("call", event.key))
-        self._tail_kind = None
         self._observer(event)
 
-    def _open_call(self, key: str, what: str) -> _PendingCall:
-        pending = self._pending.get(key)
-        if pending is None:
-            raise _failure(FailureKind.LIFECYCLE, f"{what} for unknown tool item {key!r}")
-        return pending
+    @staticmethod
+    def _unknown_call(key: str, what: str) -> ResponseFailure:
+        return _failure(FailureKind.LIFECYCLE, f"{what} for unknown tool item {key!r}")
 
     def _call_identified(self, event: ToolCallIdentified) -> None:
-        pending = self._open_call(event.key, "call identity")
+        pending = self._pending.get(event.key)
+        if pending is None:
+            raise self._unknown_call(event.key, "call identity")
         for field_name, value in (("call_id", event.call_id), ("name", event.name)):
             if not value:
                 continue
@@ -388,9 +375,7 @@ class ResponseGate:
     def _arguments(self, event: ToolArgumentsDelta) -> None:
         pending = self._pending.get(event.key)
         if pending is None:
-            raise _failure(
-                FailureKind.LIFECYCLE, f"argument delta for unknown tool item {event.key!r}"
-            )
+            raise self._unknown_call(event.key, "argument delta")
         delta = event.delta
         if not delta:
             return
@@ -398,22 +383,18 @@ class ResponseGate:
         arguments.append(delta)
         chars = arguments.chars
         if chars > self._limits.max_argument_chars:
-            raise _failure(
-                FailureKind.BOUND_EXCEEDED,
-                f"tool arguments exceeded {self._limits.max_argument_chars} characters",
-            )
+            raise self._arguments_exceeded()
         # Progress is published when it moved by a step worth showing (the display
         # throttles further): every 256 characters, and the first fragment.
         if chars - pending.shown >= PROGRESS_STEP_CHARS or not pending.shown:
             pending.shown = chars
             self._observer(ToolArgumentProgress(pending.call_id, pending.name, chars))
 
-    def _check_arguments(self, pending: _PendingCall) -> None:
-        if pending.arguments.chars > self._limits.max_argument_chars:
-            raise _failure(
-                FailureKind.BOUND_EXCEEDED,
-                f"tool arguments exceeded {self._limits.max_argument_chars} characters",
-            )
+    def _arguments_exceeded(self) -> ResponseFailure:
+        return _failure(
+            FailureKind.BOUND_EXCEEDED,
+            f"tool arguments exceeded {self._limits.max_argument_chars} characters",
+        )
 
     # --- completion ----------------------------------------------------------------------
 
@@ -472,7 +453,7 @@ class ResponseGate:
                 assert isinstance(value, NativeItem)
                 parts.append(value)
             else:
-                assert isinstance(value, _Text)
+                assert isinstance(value, TextBuffer)
                 joined = value.value()
                 parts.append(TextPart(joined) if kind == "text" else RefusalPart(joined))
         return parts, calls

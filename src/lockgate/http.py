@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -35,6 +34,7 @@ import httpx2
 
 from .credentials import Redactor
 from .errors import OpenFailure, StreamInterrupted
+from .transport import check_timeout
 
 if TYPE_CHECKING:
     from .providers.base import ErrorClassifier, TransportOptions
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ERROR_BODY_CAP_BYTES",
     "SDK",
-    "TRUNCATED_HEADER",
     "RawStream",
     "SDKTransport",
     "base_url_problem",
@@ -53,17 +52,7 @@ __all__ = [
 ]
 
 ERROR_BODY_CAP_BYTES = 64 * 1024
-TRUNCATED_HEADER = "x-lockgate-error-body-truncated"
 _BODY_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
-
-
-def check_timeout(value: float, name: str) -> float:
-    """A positive, finite number of seconds (ValueError otherwise)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number of seconds")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive, finite number of seconds")
-    return float(value)
 
 
 def base_url_problem(text: str) -> str | None:
@@ -130,27 +119,22 @@ async def _capped(response: httpx2.Response, cap: int) -> httpx2.Response:
     """The same response with at most `cap` decoded bytes of its body, already read; the
     connection of the original is closed (its rest is never read)."""
     kept = bytearray()
-    truncated = False
     try:
         async for piece in response.aiter_bytes():
             kept += piece
             if len(kept) > cap:
-                truncated = True
                 break
     except Exception as exc:
         # The body broke off (a reset, a short body, bad gzip): the status still stands,
         # with what arrived of the body, rather than becoming a connection error.
         if not isinstance(exc, httpx2.HTTPError | OSError) and not _backend_error(exc):
             raise
-        truncated = True
     finally:
         with contextlib.suppress(Exception):
             await response.aclose()
     headers = httpx2.Headers(response.headers)
     for name in _BODY_HEADERS:
         headers.pop(name, None)
-    if truncated:
-        headers[TRUNCATED_HEADER] = str(cap)
     return httpx2.Response(
         response.status_code,
         headers=headers,
@@ -164,8 +148,6 @@ class _BoundedErrorBodies:
     """Mixed into an SDK's HTTP client class: every non-2xx response's body is capped
     before the SDK reads it, and backend errors become httpx2 errors."""
 
-    error_body_cap = ERROR_BODY_CAP_BYTES
-
     async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
         stream = kwargs.pop("stream", False)
         try:
@@ -178,7 +160,7 @@ class _BoundedErrorBodies:
             message = f"{type(exc).__name__}: {exc}"
             raise httpx2.RemoteProtocolError(message, request=request) from exc
         if not response.is_success:
-            return await _capped(response, self.error_body_cap)
+            return await _capped(response, ERROR_BODY_CAP_BYTES)
         if not stream:
             await response.aread()
         return response

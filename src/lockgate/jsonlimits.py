@@ -42,7 +42,6 @@ def _finite(literal: str) -> float:
 
 
 _DECODER = json.JSONDecoder()
-_scan_once: Callable[[str, int], tuple[object, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 # Tool arguments are strict JSON with finite numbers: NaN and Infinity (which Python's parser
 # accepts) and numbers beyond a float's range (1e999, which it reads as infinity) are not
 # values a tool should be handed.
@@ -103,8 +102,7 @@ def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
     The hot path of every decoder. jiter first: about twice as fast as the standard
     scanner and, where it accepts the input, the same value (it validates UTF-8 itself);
     what it refuses (invalid JSON, lone surrogate escapes, nesting past its own limit) goes
-    to the standard library, which gives the canonical answer or error, with `parse_json`
-    inlined for the common case (a value that starts at the first character)."""
+    to the standard library (`parse_json`), which gives the canonical answer or error."""
     if _jiter_loads is not None:
         try:
             value = _jiter_loads(data, cache_mode="keys")
@@ -123,21 +121,7 @@ def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("event data is not UTF-8") from None
-    try:
-        value, end = _scan_once(text, 0)
-    except StopIteration:  # leading whitespace, or nothing valid: the full path decides
-        return parse_json(text, max_depth)
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-    if end != len(text) and text[end:].strip(_WHITESPACE):
-        raise ValueError("extra data after the JSON value")
-    if (
-        len(text) > max_depth
-        and text.count("{") + text.count("[") > max_depth
-        and too_deep(value, max_depth)
-    ):
-        raise ValueError(f"JSON nested deeper than {max_depth} levels")
-    return value
+    return parse_json(text, max_depth)
 
 
 def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:

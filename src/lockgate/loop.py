@@ -29,8 +29,9 @@ async def run_agent(
     `error: …` observation carrying its call id. Provider failures propagate
     (`ResponseFailure`); the caller reports them as `provider_failure`.
 
-    A paused response (Anthropic `pause_turn`) enters history and is sent back as it is on
-    the next turn, within `max_turns`; nothing runs locally. A refusal stops the run with
+    A paused response (the provider paused its own turn: finish reason `pause_turn`) enters
+    history and is sent back as it is on the next turn, within `max_turns`; nothing runs
+    locally. A refusal stops the run with
     `model_refused`.
 
     Recovery contracts (`recovery_budget` > 0): a completed response whose batch failed

@@ -87,9 +87,7 @@ class SSEDecoder:
         self._check_size()
         if len(partial) > self._max and any(len(frame) > self._max for frame in frames):
             # A whole frame beyond the bound, arrived within one read: refused all the same.
-            raise ResponseFailure(
-                FailureKind.BOUND_EXCEEDED, f"one SSE event exceeded {self._max} bytes"
-            )
+            raise self._too_big()
         return _events(frames)
 
     def finish(self) -> list[ServerSentEvent]:
@@ -105,10 +103,12 @@ class SSEDecoder:
 
     def _check_size(self) -> None:
         if len(self._partial) > self._max:
-            raise ResponseFailure(
-                FailureKind.BOUND_EXCEEDED,
-                f"one SSE event exceeded {self._max} bytes",
-            )
+            raise self._too_big()
+
+    def _too_big(self) -> ResponseFailure:
+        return ResponseFailure(
+            FailureKind.BOUND_EXCEEDED, f"one SSE event exceeded {self._max} bytes"
+        )
 
 
 def _events(frames: list[bytes]) -> list[ServerSentEvent]:

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
+
+
+def check_timeout(value: float, name: str) -> float:
+    """A positive, finite number of seconds (ValueError otherwise): a NaN timer never
+    fires, an infinite one never bounds anything."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number of seconds")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds")
+    return float(value)
 
 
 class ByteStream(Protocol):

@@ -228,7 +228,7 @@ async def run_scenario(
     observation = Observation(
         tuple(requests),
         tuple(delays),
-        meter.total if meter.reported else None,
+        meter.usage,
         outcome.stopped,
         wiring.protocol,
     )
@@ -249,5 +249,5 @@ async def run_scenario(
         final_answer=outcome.final_answer,
         server=server,
         check_problems=check_problems,
-        usage=meter.total if meter.reported else None,
+        usage=meter.usage,
     )

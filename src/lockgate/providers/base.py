@@ -64,13 +64,16 @@ class ProviderCodec(Protocol):
 Continuation = Literal["stateless", "native"]
 
 
+DEFAULT_MAX_OUTPUT_TOKENS = 2048  # every provider's output-token cap unless told
+
+
 @dataclass(frozen=True, slots=True)
 class CodecOptions:
     """What a codec is built from. Providers honour the options they list in
     `Provider.options`; the CLI refuses the others."""
 
     model: str
-    max_output_tokens: int = 2048
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
     continuation: Continuation = "stateless"  # Responses
     encrypted_reasoning: bool | None = None  # Responses: None = decide from the model name
     thinking_budget: int | None = None  # Anthropic: extended thinking with this budget
@@ -99,7 +102,8 @@ class TransportOptions:
 
     def __post_init__(self) -> None:
         from ..credentials import api_key_problem
-        from ..http import base_url_problem, check_timeout
+        from ..http import base_url_problem
+        from ..transport import check_timeout
 
         problem = api_key_problem(self.api_key)  # refused before any request, never echoed
         if problem is not None:
