@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
-from ..base import CodecOptions
+from ..base import DEFAULT_MAX_OUTPUT_TOKENS, CodecOptions
 from .decoder import AnthropicDecoder
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "encode_tool",
 ]
 
-DEFAULT_MAX_OUTPUT_TOKENS = 2048
 MIN_THINKING_BUDGET = 1024
 PROVIDER = "anthropic"
 ERROR_PREFIX = "error:"
@@ -168,7 +167,6 @@ class _Messages:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.open_calls: list[str] = []  # tool_use ids of the last assistant, unanswered
-        self.answered: set[str] = set()
 
     def _last(self, role: str) -> list[dict[str, Any]]:
         """The content of the last message if it has `role`, else of a new one."""

@@ -57,7 +57,9 @@ THE COMPLETION RULE for Anthropic Messages (every line is tested, accepting and 
    error: …", code=error.type, transient=<error.type is overloaded_error, api_error,
    rate_limit_error or timeout_error>)`. Transient errors before any content are retried
    only with the client's opt-in `retry_unstarted`. An `error` before `message_start` fails
-   the same way, raised by the decoder itself (there is no response for the gate yet).
+   the same way, raised by the decoder itself as a `ResponseFailure` with the error type in
+   brackets: the gate would accept the failure before a start too, but would add "buffered
+   calls discarded", and nothing can be buffered before `message_start`.
 9. A body that ends before `message_stop` releases nothing: after a `message_start`,
    `end_of_stream` returns `ProviderReportedFailure(STREAM_ENDED)`.
 10. `ping`, unknown event types and unknown delta types (`citations_delta`, future ones) are
@@ -89,11 +91,11 @@ from ...events import (
     FINISH_REFUSED,
     FINISH_WITH_CALLS,
     FINISH_WITHOUT_CALLS,
+    MAX_NATIVE_BYTES,
     NativeOutput,
     ProviderReportedFailure,
     ReasoningDelta,
     ResponseCompleted,
-    ResponseProgress,
     StreamEvent,
     TextBuffer,
     TextDelta,
@@ -103,6 +105,7 @@ from ...events import (
 from ...events import ResponseStarted as _Started
 from ...jsonlimits import MAX_EVENT_DEPTH, parse_event, parse_json
 from ...sse import ServerSentEvent
+from ..fields import AFTER_END, CONTENT_BEGAN, NOTHING, provider_error_message
 from ..fields import malformed as _malformed
 from ..fields import object_field as _object
 from ..fields import optional_string_field as _optional_string
@@ -122,9 +125,9 @@ __all__ = [
 TRANSIENT_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 # Provider-executed blocks whose input streams as `input_json_delta`.
 PROVIDER_INPUT_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
-# The bound on one provider block's streamed input (the gate bounds all retained native
-# output by the same figure, but only sees the block at its stop).
-MAX_PROVIDER_BLOCK_BYTES = 4 * 1024 * 1024
+# The bound on one provider block's streamed input: the gate's bound on native output,
+# which only sees the block at its stop.
+MAX_PROVIDER_BLOCK_BYTES = MAX_NATIVE_BYTES
 # Provider-executed blocks that arrive whole (besides every `*_tool_result`).
 _PROVIDER_WHOLE_BLOCKS = frozenset({"container_upload"})
 _TRUNCATED = {
@@ -152,12 +155,6 @@ _THINKING = 2
 _REDACTED = 3
 _PROVIDER_INPUT = 4
 _PROVIDER_WHOLE = 5
-
-_NOTHING: tuple[StreamEvent, ...] = ()
-_AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
-# A block kept but not shown began (redacted thinking, a provider-side tool): the response has
-# produced content, and a provider-side action may have begun, so it is no longer unstarted.
-_KEPT_BLOCK_BEGAN: tuple[StreamEvent, ...] = (ResponseProgress(content=True),)
 
 
 def is_provider_block(block_type: str) -> bool:
@@ -219,9 +216,9 @@ class AnthropicDecoder:
 
     __slots__ = (
         "_blocks",
-        "_deltas",
         "_finished",
         "_handlers",
+        "_message_delta_seen",
         "_open",
         "_problem",
         "_started",
@@ -235,7 +232,7 @@ class AnthropicDecoder:
         self._finished = False  # message_stop or error seen
         self._blocks = 0  # blocks started so far (the next index)
         self._open: _Block | None = None
-        self._deltas = 0  # message_delta events seen
+        self._message_delta_seen = False
         self._stop_reason: str | None = None
         self._stop_details: dict[str, Any] | None = None
         self._usage: dict[str, int] = {}
@@ -264,10 +261,10 @@ class AnthropicDecoder:
         if event.event is not None and event.event != kind:
             raise _malformed(f"SSE event name {event.event!r} disagrees with type {kind!r}")
         if self._finished:
-            return _AFTER_END  # the gate fails anything after the terminal event
+            return AFTER_END  # the gate fails anything after the terminal event
         handler = self._handlers.get(kind)
         if handler is None:
-            return _NOTHING  # ping and unknown event types are progress
+            return NOTHING  # ping and unknown event types are progress
         return handler(payload, len(data))
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
@@ -279,7 +276,7 @@ class AnthropicDecoder:
                     "the stream ended before message_stop; nothing executed",
                 ),
             )
-        return _NOTHING  # nothing started: the client reports the end itself
+        return NOTHING  # nothing started: the client reports the end itself
 
     # --- blocks ------------------------------------------------------------------------
 
@@ -308,7 +305,7 @@ class AnthropicDecoder:
             if type(text) is not str:
                 raise _malformed("delta.text must be a string")
             if not text:
-                return _NOTHING
+                return NOTHING
             return (TextDelta(text),)
         if kind == "input_json_delta":
             piece = delta.get("partial_json")
@@ -316,7 +313,7 @@ class AnthropicDecoder:
                 raise _malformed("delta.partial_json must be a string")
             if block.kind == _TOOL:
                 if not piece:
-                    return _NOTHING
+                    return NOTHING
                 block.streamed = True
                 return (ToolArgumentsDelta(block.key, piece),)
             if block.kind != _PROVIDER_INPUT:
@@ -327,23 +324,23 @@ class AnthropicDecoder:
                     f"provider block {index} exceeded {MAX_PROVIDER_BLOCK_BYTES} bytes",
                 )
             block.fragments.append(piece)
-            return _NOTHING
+            return NOTHING
         if kind == "thinking_delta":
             if block.kind != _THINKING:
                 raise _malformed(f"thinking_delta for content block {index}, not thinking")
             text = _string(delta.get("thinking"), "delta.thinking")
             if not text:
-                return _NOTHING
+                return NOTHING
             block.fragments.append(text)
             return (ReasoningDelta(text, "raw"),)
         if kind == "signature_delta":
             if block.kind != _THINKING:
                 raise _malformed(f"signature_delta for content block {index}, not thinking")
             block.signature = _string(delta.get("signature"), "delta.signature")
-            return _NOTHING
+            return NOTHING
         if type(kind) is not str:
             raise _malformed("delta has no string 'type'")
-        return _NOTHING  # citations_delta and unknown delta types are progress
+        return NOTHING  # citations_delta and unknown delta types are progress
 
     def _block_start(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("content_block_start")
@@ -364,7 +361,7 @@ class AnthropicDecoder:
             self._open = _Block(index, _TEXT, item, size)
             if text:
                 return (TextDelta(text),)
-            return _NOTHING
+            return NOTHING
         if kind == "tool_use":
             call_id = _string(item.get("id"), "tool_use id")
             name = _string(item.get("name"), "tool_use name")
@@ -380,18 +377,20 @@ class AnthropicDecoder:
             if text:
                 block.fragments.append(text)
                 return (ReasoningDelta(text, "raw"),)
-            return _NOTHING
+            return NOTHING
         if kind == "redacted_thinking":
+            # A block kept but not shown began (redacted thinking, a provider-side tool): the
+            # response has produced content, and a provider-side action may have begun.
             self._open = _Block(index, _REDACTED, item, size)
-            return _KEPT_BLOCK_BEGAN
+            return CONTENT_BEGAN
         if kind in PROVIDER_INPUT_BLOCKS:
             if "input" in item:
                 _object(item["input"], f"{kind} input")
             self._open = _Block(index, _PROVIDER_INPUT, item, size)
-            return _KEPT_BLOCK_BEGAN
+            return CONTENT_BEGAN
         if is_provider_block(kind):
             self._open = _Block(index, _PROVIDER_WHOLE, item, size)
-            return _KEPT_BLOCK_BEGAN
+            return CONTENT_BEGAN
         raise ResponseFailure(
             FailureKind.UNSUPPORTED_OUTPUT,
             f"content block type {kind!r} cannot be replayed; response rejected",
@@ -406,11 +405,11 @@ class AnthropicDecoder:
         self._open = None
         kind = block.kind
         if kind == _TEXT:
-            return _NOTHING
+            return NOTHING
         size += block.size
         if kind == _TOOL:
             if block.streamed:
-                return _NOTHING
+                return NOTHING
             start = block.item.get("input")
             text = json.dumps(start, ensure_ascii=False) if start else "{}"
             return (ToolArgumentsDelta(block.key, text),)
@@ -467,8 +466,8 @@ class AnthropicDecoder:
         if type(details) is dict:
             self._stop_details = details
         self._merge_usage(payload.get("usage"))
-        self._deltas += 1
-        return _NOTHING
+        self._message_delta_seen = True
+        return NOTHING
 
     def _message_stop(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("message_stop")
@@ -484,7 +483,8 @@ class AnthropicDecoder:
             )
         reason = self._stop_reason
         if reason is None:
-            what = "without a message_delta" if not self._deltas else "without a stop_reason"
+            seen = self._message_delta_seen
+            what = "without a stop_reason" if seen else "without a message_delta"
             return (
                 ProviderReportedFailure(
                     FailureKind.LIFECYCLE, f"message_stop {what}; nothing executed", usage=usage
@@ -530,8 +530,7 @@ class AnthropicDecoder:
         error = error if type(error) is dict else {}
         code = error.get("type")
         code = code if type(code) is str else ""
-        message = error.get("message")
-        text = f"provider error: {message if type(message) is str and message else 'no message'}"
+        text = provider_error_message(error.get("message"))
         transient = code in TRANSIENT_ERRORS
         self._finished = True
         if not self._started:

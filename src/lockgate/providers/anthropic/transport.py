@@ -1,11 +1,7 @@
-"""Anthropic transport through the official `anthropic` SDK (`POST {base}/v1/messages`).
-
-The SDK owns connections, auth, the base URL (the host root: it appends `/v1/messages`
-itself), default headers (`anthropic-version`) and HTTP status mapping, always with
-`max_retries=0`: lockgate's client is the one retry owner. The request body is sent as the
-codec built it (already-encoded JSON bytes, none of the SDK's per-field preparation) and the
-response body is taken raw and decoded by lockgate's bounded SSE decoder. The HTTP client
-is `lockgate.http`'s: no redirects, capped error bodies, the aiohttp backend by default.
+"""Anthropic transport: the official `anthropic` SDK behind `lockgate.http.SDKTransport`,
+for `POST {base}/v1/messages` (`SDKTransport` and `lockgate.http` say what the SDK owns and
+what lockgate keeps). The base URL is the host root: the SDK appends `/v1/messages` itself,
+and sends the `anthropic-version` header.
 
 The SDK sends the API key as `Authorization: Bearer <key>` (anthropic 2.16,
 `_api_key_auth`); lockgate pins that header through `default_headers`, so that

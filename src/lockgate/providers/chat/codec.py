@@ -31,12 +31,13 @@ non-reasoning models.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from ...conversation import Message, NativeItem, ToolCall, ToolSpec
-from ..base import CodecOptions
+from ..base import DEFAULT_MAX_OUTPUT_TOKENS, CodecOptions
+from ..fields import compact_json
+from ..openai.history import answered_call
 from ..openai.models import is_reasoning_model
 from .decoder import ChatDecoder
 
@@ -50,7 +51,6 @@ __all__ = [
     "token_cap_field",
 ]
 
-DEFAULT_MAX_OUTPUT_TOKENS = 2048
 PROVIDER = "chat"
 # Reasoning fields of an assistant message that a server wants back unchanged.
 REPLAYED_REASONING_FIELDS = ("reasoning_content", "reasoning_details")
@@ -114,7 +114,7 @@ def _arguments(call: ToolCall) -> str:
     """The exact argument bytes the model produced; `{}` (compact JSON) when empty."""
     if call.arguments_json.strip(" \t\n\r"):
         return call.arguments_json
-    return json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":"))
+    return compact_json(dict(call.arguments))
 
 
 def _assistant(message: Message, producer: str) -> dict[str, Any]:
@@ -148,10 +148,7 @@ def encode_messages(history: Sequence[Message], producer: str = "") -> list[dict
     open_calls: set[str] = set()
     for message in history:
         if message.role == "tool":
-            call_id = message.tool_call_id or ""
-            if call_id not in open_calls:
-                raise ValueError(f"tool result {call_id!r} does not follow its call")
-            open_calls.discard(call_id)
+            call_id = answered_call(message, open_calls)
             messages.append({"role": "tool", "tool_call_id": call_id, "content": message.content})
         elif message.role == "assistant":
             messages.append(_assistant(message, producer))

@@ -25,13 +25,14 @@ COMPLETION RULE, as implemented here:
   server_error, overloaded_error, api_error, rate_limit_exceeded, timeout or
   service_unavailable, or a numeric code >= 500 or == 429.
 - The response starts (`ResponseStarted`) at the first chunk that has a non-empty `id` or
-  carries choice content (or at the first terminal event, so that the gate sees the real
-  failure); its id is the first non-empty chunk id, else a synthesized
-  `chatcmpl-lockgate-<12 hex>` (random per decoder). The chunk id is not a safety signal
-  (proxies send a fresh one per chunk): later events carry `response_id=None`. Chunks with
-  `choices: []` (the usage chunk, Azure's first `prompt_filter_results` chunk with `id: ""`),
-  choices without `delta` (or `delta: null`), padding fields (`obfuscation`, Mistral's
-  `p`), `usage: null`, unknown fields and `object` values are progress.
+  carries choice content, else at the first terminal event (a completion needs a start, and
+  a failure then follows one as it would after a server id); its id is the first non-empty
+  chunk id, else a synthesized `chatcmpl-lockgate-<12 hex>` (random per decoder). The chunk
+  id is not a safety signal (proxies send a fresh one per chunk): later events carry
+  `response_id=None`. Chunks with `choices: []` (the usage chunk, Azure's first
+  `prompt_filter_results` chunk with `id: ""`), choices without `delta` (or `delta: null`),
+  padding fields (`obfuscation`, Mistral's `p`), `usage: null`, unknown fields and `object`
+  values are progress.
 - Choices: lockgate asks for one. The first choice index that carries content (text,
   refusal, reasoning, a tool-call fragment) is THE choice; another index carrying content
   fails (`lifecycle`, "two choices …"). A single choice at index 1 is fine. `finish_reason`
@@ -87,7 +88,6 @@ COMPLETION RULE, as implemented here:
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -97,12 +97,12 @@ from ...errors import FailureKind, ResponseFailure
 from ...events import (
     FINISH_WITH_CALLS,
     FINISH_WITHOUT_CALLS,
+    MAX_NATIVE_BYTES,
     NativeOutput,
     ProviderReportedFailure,
     ReasoningDelta,
     RefusalDelta,
     ResponseCompleted,
-    ResponseProgress,
     ResponseStarted,
     StreamEvent,
     TextBuffer,
@@ -113,6 +113,7 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
+from ..fields import AFTER_END, CONTENT_BEGAN, NOTHING, compact_json, provider_error_message
 from ..fields import malformed as _malformed
 from ..fields import token_count as _count
 
@@ -135,15 +136,11 @@ TRANSIENT_ERROR_CODES = frozenset(
     }
 )
 
-_NOTHING: tuple[StreamEvent, ...] = ()
-# Anything after the terminal event reaches the gate, which refuses it.
-_AFTER_END: tuple[StreamEvent, ...] = (ResponseProgress(),)
 _DONE = b"[DONE]"
 _CONCATENATED = frozenset({"text", "summary", "data"})
-# The bounds on merged `reasoning_details` (as Anthropic's decoder bounds a provider block's
-# input): the gate bounds native output by the same figure, but sees these only when the
-# response completes.
-MAX_REASONING_DETAILS_CHARS = 4 * 1024 * 1024
+# The bounds on merged `reasoning_details`: the gate's bound on native output, which sees
+# them only when the response completes.
+MAX_REASONING_DETAILS_CHARS = MAX_NATIVE_BYTES
 MAX_REASONING_DETAILS_ENTRIES = 256
 
 
@@ -152,7 +149,7 @@ def _size(value: object) -> int:
     if type(value) is str:
         return len(value)
     if type(value) is dict or type(value) is list:
-        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        return len(compact_json(value))
     return 8
 
 
@@ -213,7 +210,7 @@ class ChatDecoder:
         if data == _DONE:
             return self._end(done=True)
         if self._terminated:
-            return _AFTER_END
+            return AFTER_END
         try:
             payload = parse_event(data)
         except ValueError as exc:
@@ -246,7 +243,7 @@ class ChatDecoder:
         if not choices:
             if choices is not None and type(choices) is not list:
                 raise _malformed("choices must be a list")
-            return events or _NOTHING
+            return events or NOTHING
         if type(choices) is not list:
             raise _malformed("choices must be a list")
         for choice in choices:
@@ -293,19 +290,19 @@ class ChatDecoder:
                     self._content_after_finish = False
             elif produced_content and self._finish is not None and index == self._choice:
                 self._content_after_finish = True
-        return events or _NOTHING
+        return events or NOTHING
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
         if self._terminated:
-            return _NOTHING
+            return NOTHING
         return self._end(done=False)
 
     # --- chunks ---------------------------------------------------------------------------
 
     def _delta(self, delta: dict[str, Any], index: int) -> list[StreamEvent] | None:
-        """The events of one choice's delta, in the order of its fields; None when it
-        carried no content (an encrypted reasoning entry alone is
-        `ResponseProgress(content=True)`)."""
+        """The events of one choice's delta, in the order of its fields except that
+        `reasoning_details` events come last; None when it carried no content (an encrypted
+        reasoning entry alone is `ResponseProgress(content=True)`)."""
         if len(delta) == 1:
             content = delta.get("content")
             if type(content) is str:  # the common chunk: one text piece
@@ -350,7 +347,7 @@ class ChatDecoder:
             and self._reasoning_details(details, produced, show=not shown_reasoning)
         ):
             if not produced:  # content kept, not shown (encrypted): the response has begun
-                produced.append(ResponseProgress(content=True))
+                produced.extend(CONTENT_BEGAN)
             return produced
         return produced or None
 
@@ -383,7 +380,7 @@ class ChatDecoder:
         if arguments is None or type(arguments) is str:
             text = arguments or ""
         elif type(arguments) is dict or type(arguments) is list:
-            text = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+            text = compact_json(arguments)
         else:
             raise _malformed("tool-call arguments must be a string, an object or null")
         call = self._last if index is None else self._by_index.get(index)
@@ -541,7 +538,7 @@ class ChatDecoder:
             message = error
         failure = ProviderReportedFailure(
             FailureKind.PROVIDER_ERROR,
-            f"provider error: {message or 'no message'}",
+            provider_error_message(message),
             code,
             self._typed_usage(),
             transient=transient,
@@ -552,7 +549,7 @@ class ChatDecoder:
 
     def _end(self, *, done: bool) -> Sequence[StreamEvent]:
         if self._terminated:
-            return _AFTER_END
+            return AFTER_END
         self._terminated = True
         finish = self._finish
         usage = self._typed_usage()
@@ -654,7 +651,7 @@ class ChatDecoder:
                 for entry in self._details.values()
             ]
             item = {"reasoning_details": entries}
-            size = len(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+            size = len(compact_json(item))
             events.append(NativeOutput("reasoning", item, size))
 
     # --- helpers --------------------------------------------------------------------------

@@ -1,12 +1,7 @@
-"""OpenAI transport: the official `openai` SDK behind lockgate's `SDKTransport`, for the
-Responses and Chat Completions endpoints.
-
-The SDK owns connections, auth, base URL, default headers and HTTP status mapping, always
-with `max_retries=0`: lockgate's client is the one retry owner. The request body is sent as
-the codec built it (already-encoded JSON: none of the SDK's per-field request transform,
-which costs most of a second for a long history), and the response body is taken raw and
-decoded by lockgate's bounded SSE decoder. The HTTP client is `lockgate.http`'s: no
-redirects, capped error bodies, the aiohttp backend by default.
+"""OpenAI transport: the official `openai` SDK behind `lockgate.http.SDKTransport`, for the
+Responses and Chat Completions endpoints (`SDKTransport` and `lockgate.http` say what the
+SDK owns and what lockgate keeps). Sending the codec's already-encoded body spares the SDK's
+per-field request transform, which costs most of a second for a long history.
 
 Environment variables the SDK itself honours when lockgate does not set the value:
 `OPENAI_BASE_URL` (without `--base-url`), `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`, and the

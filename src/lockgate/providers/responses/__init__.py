@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from ...transport import Transport
 from ..base import CodecOptions, Provider, TransportOptions
+from ..openai import BASE_URL_HINT, BASE_URL_VARIABLE, DEFAULT_MODEL, KEY_VARIABLE
 from ..openai.errors import classify_openai_failure
 from .codec import ResponsesCodec
 
@@ -32,10 +33,10 @@ def _lab() -> LabProtocol:
 PROVIDER = Provider(
     name="responses",
     title="OpenAI Responses",
-    key_variable="OPENAI_API_KEY",
-    base_url_variable="OPENAI_BASE_URL",
-    default_model="gpt-4.1-mini",
-    base_url_hint="https://api.openai.com/v1",
+    key_variable=KEY_VARIABLE,
+    base_url_variable=BASE_URL_VARIABLE,
+    default_model=DEFAULT_MODEL,
+    base_url_hint=BASE_URL_HINT,
     make_codec=_codec,
     make_transport=_transport,
     classify_error=classify_openai_failure,

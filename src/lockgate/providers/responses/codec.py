@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
-from ..base import CodecOptions, Continuation
+from ..base import DEFAULT_MAX_OUTPUT_TOKENS, CodecOptions, Continuation
+from ..openai.history import answered_call
 from ..openai.models import REASONING_MODEL_PREFIXES as REASONING_MODEL_PREFIXES
 from ..openai.models import is_reasoning_model as is_reasoning_model
 from .decoder import ResponsesDecoder
 
-DEFAULT_MAX_OUTPUT_TOKENS = 2048
 PROVIDER = "responses"
 
 
@@ -198,10 +198,7 @@ def encode_input(
     open_calls: set[str] = set(answered or ())
     for message in history:
         if message.role == "tool":
-            call_id = message.tool_call_id or ""
-            if call_id not in open_calls:
-                raise ValueError(f"tool result {call_id!r} does not follow its call")
-            open_calls.discard(call_id)
+            call_id = answered_call(message, open_calls)
             items.append(
                 {"type": "function_call_output", "call_id": call_id, "output": message.content}
             )

@@ -43,6 +43,7 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
+from ..fields import CONTENT_BEGAN, NOTHING, provider_error_message
 from ..fields import malformed as _malformed
 from ..fields import object_field as _object
 from ..fields import optional_string_field as _optional_string
@@ -62,9 +63,6 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
         "tool_search_output",
     }
 )
-
-_NOTHING: tuple[StreamEvent, ...] = ()
-_OUTPUT_BEGAN: tuple[StreamEvent, ...] = (ResponseProgress(content=True),)
 
 
 def _response_id(response: dict[str, Any]) -> str:
@@ -99,7 +97,7 @@ class ResponsesDecoder:
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
         data = event.data
         if data == b"[DONE]":
-            return _NOTHING
+            return NOTHING
         try:
             payload = parse_event(data)
         except ValueError as exc:
@@ -113,11 +111,11 @@ class ResponsesDecoder:
             raise _malformed(f"SSE event name {event.event!r} disagrees with type {kind!r}")
         handler = self._handlers.get(kind)
         if handler is None:
-            return _NOTHING  # unknown types and per-item `.done` events are progress
+            return NOTHING  # unknown types and per-item `.done` events are progress
         return handler(payload)
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
-        return _NOTHING  # only `response.completed` completes a Responses stream
+        return NOTHING  # only `response.completed` completes a Responses stream
 
     # Identity: only a few native events name their response; pass it on when they do.
     @staticmethod
@@ -163,7 +161,7 @@ class ResponsesDecoder:
         if item.get("type") != "function_call":
             # Output began (a message, reasoning that may be encrypted only, a tool the
             # provider runs itself): the response is no longer a stream that never started.
-            return _OUTPUT_BEGAN
+            return CONTENT_BEGAN
         return (
             ToolCallStarted(
                 _optional_string(item.get("id"), "item.id"),
@@ -178,7 +176,7 @@ class ResponsesDecoder:
         item = _object(payload.get("item"), "item")
         if item.get("type") == "function_call" and item.get("status") not in (None, "completed"):
             self._incomplete_calls.append(_optional_string(item.get("call_id"), "item.call_id"))
-        return _NOTHING
+        return NOTHING
 
     def _start(self, payload: dict[str, Any], *, created: bool) -> Sequence[StreamEvent]:
         response_id = _response_id(_object(payload.get("response"), "response"))
@@ -266,7 +264,7 @@ class ResponsesDecoder:
         return (
             ProviderReportedFailure(
                 FailureKind.PROVIDER_ERROR,
-                f"provider error: {message or 'no message'}",
+                provider_error_message(message),
                 code or None,
             ),
         )
