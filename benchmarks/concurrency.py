@@ -37,7 +37,8 @@ from benchmarks._common import Report, heading, server
 from benchmarks._sessions import in_child
 from benchmarks._streams import PROTOCOLS
 
-# sessions -> (events per second per session, events per session); rate 0: back to back
+# sessions -> (events per second per session, events per session); rate 0: one unpaced
+# stream, the server pausing ~0.1 ms after each event (`_sessions.run`)
 RUNS: dict[int, tuple[int, int]] = {1: (0, 2000), 100: (100, 400), 1000: (10, 40)}
 BASELINE_RUNS = 3  # one session's figure is the median of this many runs
 

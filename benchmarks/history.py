@@ -55,7 +55,7 @@ TARGET_MS = 20.0
 
 def history(items: int) -> list[Message]:
     """`items` messages: a user request, then (assistant call, tool result) pairs, an
-    assistant answer at the end when the count is odd."""
+    assistant answer at the end when the count is even."""
     messages = [Message("user", "Fix the bug in calculator.py; run the tests after.")]
     number = 0
     while len(messages) + 2 <= items:

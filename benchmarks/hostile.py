@@ -335,20 +335,6 @@ def header_flood(total: int, *, one_line: bool) -> Callable[[RawServer], Handler
     return make
 
 
-def silent() -> Callable[[RawServer], Handler]:
-    """Read the request, then answer nothing until the client leaves."""
-
-    def make(server: RawServer) -> Handler:
-        async def handle(
-            request: RawRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-        ) -> None:
-            await reader.read()
-
-        return handle
-
-    return make
-
-
 def raw_server(make: Callable[[RawServer], Handler] | None = None) -> RawServer:
     """A `RawServer` answering with `make`'s handler (None: accept, never answer)."""
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 __all__ = ["ServerThread"]  # re-exported; the rest are plain helpers
 
+import contextlib
 import os
 import random
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from lockgate.client import StreamingModelClient
@@ -107,3 +110,25 @@ def run_lockgate(
         stdin=subprocess.DEVNULL,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def serving_repair(provider: str) -> Iterator[str]:
+    """`lockgate serve --provider PROVIDER --scenario repair` in a subprocess: its base URL;
+    afterwards Ctrl-C must stop it cleanly after all 7 requests."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lockgate", "serve", "--provider", provider, "--scenario", "repair"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith(f"serving repair ({provider}, 7 turns) at http://127.0.0.1:"), line
+    try:
+        yield line.strip().rsplit(" at ", 1)[1]
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 0
+        assert process.stderr is not None
+        assert "stopped after 7 requests" in process.stderr.read()

@@ -4,9 +4,6 @@ official SDK's streaming helper."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -18,7 +15,6 @@ from lockgate.errors import FailureKind
 from lockgate.lab.reply import Call, OpeningError, ProviderTool, Refuse, Reply, Say, Think
 from lockgate.lab.scenario import Observation
 from lockgate.lab.scenarios import NEUTRAL_SCENARIOS, SCENARIOS
-from lockgate.providers import PROVIDERS
 from lockgate.providers.anthropic.errors import classify_anthropic_failure
 from lockgate.providers.anthropic.lab import (
     ANTHROPIC_SCENARIOS,
@@ -28,12 +24,9 @@ from lockgate.providers.anthropic.lab import (
     check_thinking_replay,
 )
 
+from .helpers import serving_repair
+
 LAB = AnthropicLab()
-REGISTERED = "anthropic" in PROVIDERS
-NOT_REGISTERED = (
-    "the anthropic provider is not in the registry yet: add "
-    "`from .anthropic import PROVIDER as ANTHROPIC` to providers/__init__.py"
-)
 
 RUNS = [
     (scenario, kind)
@@ -44,7 +37,6 @@ RUNS = [
 
 
 def test_every_scenario_runs_on_anthropic() -> None:
-    assert REGISTERED, NOT_REGISTERED
     names = {scenario.name for scenario, _ in RUNS}
     assert names >= {scenario.name for scenario in NEUTRAL_SCENARIOS}
     assert names >= {scenario.name for scenario in ANTHROPIC_SCENARIOS}
@@ -225,32 +217,8 @@ def test_the_checks_notice_a_broken_replay() -> None:
 
 @pytest.fixture
 def served_repair() -> Iterator[str]:
-    assert REGISTERED, NOT_REGISTERED
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lockgate",
-            "serve",
-            "--provider",
-            "anthropic",
-            "--scenario",
-            "repair",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("serving repair (anthropic, 7 turns) at http://127.0.0.1:")
-    try:
-        yield line.strip().rsplit(" at ", 1)[1]
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
-        assert process.stderr is not None
-        assert "stopped after 7 requests" in process.stderr.read()
+    with serving_repair("anthropic") as base_url:
+        yield base_url
 
 
 async def test_the_sdk_stream_helper_drives_the_repair_scenario(served_repair: str) -> None:

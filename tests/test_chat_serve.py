@@ -4,9 +4,6 @@ and `lockgate run --provider chat` against it: the repair conversation, every tu
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import openai
@@ -15,27 +12,13 @@ import pytest
 from lockgate.lab.scenario import text_turn
 from lockgate.lab.scenarios import FIXED_SOURCE, repair_turns
 
-from .helpers import ServerThread, ends_with_file_and_usage, run_lockgate
+from .helpers import ServerThread, ends_with_file_and_usage, run_lockgate, serving_repair
 
 
 @pytest.fixture
 def served_chat_repair() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lockgate", "serve", "--provider", "chat", "--scenario", "repair"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("serving repair (chat, 7 turns) at http://127.0.0.1:"), line
-    try:
-        yield line.strip().rsplit(" at ", 1)[1]
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
-        assert process.stderr is not None
-        assert "stopped after 7 requests" in process.stderr.read()
+    with serving_repair("chat") as base_url:
+        yield base_url
 
 
 async def test_sdk_chat_stream_helper_drives_the_repair_scenario(served_chat_repair: str) -> None:

@@ -243,7 +243,11 @@ async def test_every_recording_releases_exactly_what_it_states(
     wrong: list[str] = []
     unjustified: list[str] = []
     notes: list[str] = []
-    for path in _recordings():
+    recordings = _recordings()
+    assert recordings, f"no recording of a registered protocol in {CORPUS}"
+    missing = sorted(set(JUSTIFIED) - {path.name for path in recordings})
+    assert not missing, f"JUSTIFIED names recordings that are not there: {missing}"
+    for path in recordings:
         recording = json.loads(path.read_text(encoding="utf-8"))
         protocol = recording["protocol"]
         server = recording["source"].get("server", "?")
@@ -307,4 +311,4 @@ async def test_every_recording_releases_exactly_what_it_states(
             print(f"  note: {note}")
     assert not wrong, "\n".join(wrong)
     assert not unjustified, "\n".join(unjustified)
-    assert sum(rows.values()) == len(_recordings())
+    assert sum(rows.values()) == len(recordings)

@@ -17,12 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import itertools
 import json
 import os
-import signal
 import socket
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +30,6 @@ from hypothesis import strategies as st
 
 import lockgate.cli as cli_module
 import lockgate.lab.runner as runner_module
-from lockgate import interrupts
-from lockgate.credentials import Redactor
 from lockgate.errors import ResponseFailure
 from lockgate.events import ignore_event
 from lockgate.fixture import ALL_TOOLS, CALCULATOR
@@ -43,7 +38,6 @@ from lockgate.lab.runner import LabResult
 from lockgate.lab.scenario import Scenario
 from lockgate.providers import PROVIDERS
 from lockgate.providers.base import CodecOptions
-from lockgate.providers.responses.decoder import ResponsesDecoder
 from lockgate.providers.responses.lab import ResponseBuilder
 from lockgate.retry import RetryPolicy
 from lockgate.sse import ServerSentEvent, SSEDecoder
@@ -120,17 +114,11 @@ def _stop_soon() -> Iterator[asyncio.Event]:
 
 
 @pytest.fixture
-def offline_main(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def offline_main(monkeypatch: pytest.MonkeyPatch, in_process_main: None) -> Any:
     for name in CLEARED:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(cli_module, "_protect_process_memory", lambda: None)
     monkeypatch.setattr(cli_module, "_interrupt_signal", _stop_soon)
     monkeypatch.setattr(runner_module, "run_scenario", _fake_scenario_run)
-    # main() installs lockgate's signal handlers and unraisable hook: put the test
-    # process's back afterwards, and start from no recorded interrupt.
-    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
-    unraisable = sys.unraisablehook
-    monkeypatch.setattr(interrupts, "arrived", [])
 
     def call(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
         # Streams like a terminal's: stdout strict UTF-8, stderr backslash-replacing.
@@ -158,12 +146,7 @@ def offline_main(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             texts.append(raw.getvalue().decode("utf-8", "replace"))
         return code, texts[0], texts[1]
 
-    try:
-        yield call
-    finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-        sys.unraisablehook = unraisable
+    return call
 
 
 def _check(code: int, out: str, err: str) -> None:
@@ -343,29 +326,6 @@ def test_garbage_retry_environment_is_a_usage_error_or_nothing(
         assert 0 <= policy.jitter < 1
 
 
-# --- redaction of text in pieces ------------------------------------------------------------
-
-small_text = st.text(alphabet='ab"\\-é', max_size=40)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    secrets=st.lists(st.text(alphabet='ab"\\-é', min_size=1, max_size=8), max_size=3),
-    text=small_text,
-    cuts=st.lists(st.integers(0, 40), max_size=8),
-)
-def test_streamed_redaction_equals_whole_redaction(
-    secrets: list[str], text: str, cuts: list[int]
-) -> None:
-    """Self-overlapping secrets (`abab`), JSON-escaped forms, any split of the text."""
-    redactor = Redactor(secrets)
-    stream = redactor.stream()
-    bounds = sorted({0, len(text), *(min(cut, len(text)) for cut in cuts)})
-    pieces = [text[a:b] for a, b in itertools.pairwise(bounds)]
-    released = [stream.feed(piece) for piece in pieces]
-    assert "".join(released) + stream.flush() == redactor(text)
-
-
 # --- (c) decoders and the gate ---------------------------------------------------------------
 
 json_values = st.recursive(
@@ -442,7 +402,6 @@ DECODER_FACTORIES: dict[str, Any] = {
     name: (lambda entry=entry: entry.make_codec(CodecOptions("m")).new_decoder())
     for name, entry in PROVIDERS.items()
 }
-DECODER_FACTORIES.setdefault("responses", ResponsesDecoder)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,9 +23,10 @@ from lockgate.events import (
     ToolArgumentsDelta,
     ToolCallStarted,
     UnsupportedOutput,
+    ignore_event,
 )
 from lockgate.fixture import ALL_TOOLS, READ_ONLY_TOOLS
-from lockgate.gate import GateLimits, InvalidBatch, ResponseGate
+from lockgate.gate import Decision, GateLimits, InvalidBatch, ResponseGate
 
 EDIT_ARGS = '{"path": "calculator.py", "old": "return a - b", "new": "return a + b"}'
 START = ResponseStarted(response_id="r1")
@@ -306,46 +307,44 @@ def test_other_data_before_the_start_is_still_a_lifecycle_failure() -> None:
     assert failure_of([TextDelta("early")]).kind is FailureKind.LIFECYCLE
 
 
-@pytest.mark.parametrize("finish", [None, "tool_calls", "stop", "refusal"])
-def test_refusal_text_releases_no_call_whatever_the_finish_says(finish: str | None) -> None:
-    seen: list[Event] = []
-    gate = ResponseGate(ALL_TOOLS, seen.append)
-    events = [
-        START,
-        RefusalDelta("I can't help with that."),
-        *call_events("fc_1", "call_1", "edit", EDIT_ARGS),
-        ResponseCompleted(finish),
-    ]
+def decide(events: Sequence[StreamEvent]) -> Decision:
+    """The decision a gate releases from `events` (the last one that produced one)."""
+    gate = ResponseGate(ALL_TOOLS, ignore_event)
     decision = None
     for event in events:
         decision = gate.accept(event) or decision
     assert decision is not None
-    assert decision.finish_reason == FINISH_REFUSED
+    return decision
+
+
+REFUSAL = RefusalDelta("I can't help with that.")
+EDIT_CALL = call_events("fc_1", "call_1", "edit", EDIT_ARGS)
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        ([REFUSAL, *EDIT_CALL, ResponseCompleted(None)], FINISH_REFUSED),
+        ([REFUSAL, *EDIT_CALL, ResponseCompleted("tool_calls")], FINISH_REFUSED),
+        ([REFUSAL, *EDIT_CALL, ResponseCompleted("stop")], FINISH_REFUSED),
+        ([REFUSAL, *EDIT_CALL, ResponseCompleted("refusal")], FINISH_REFUSED),
+        ([REFUSAL, ResponseCompleted("tool_calls")], FINISH_REFUSED),  # claims calls, has none
+        ([REFUSAL, ResponseCompleted(FINISH_PAUSED)], FINISH_PAUSED),  # a pause stays a pause
+    ],
+    ids=["no-finish", "tool_calls", "stop", "refusal", "tool_calls-without-calls", "paused"],
+)
+def test_refusal_text_makes_a_refusal_that_releases_no_call(
+    events: list[StreamEvent], expected: str
+) -> None:
+    decision = decide([START, *events])
+    assert decision.finish_reason == expected
     assert decision.message.tool_calls == ()
-    assert decision.message.refusal == "I can't help with that."
-
-
-def test_refusal_text_with_a_finish_that_claims_calls_but_has_none_is_a_refusal() -> None:
-    gate = ResponseGate(ALL_TOOLS, lambda event: None)
-    gate.accept(START)
-    gate.accept(RefusalDelta("No."))
-    decision = gate.accept(ResponseCompleted("tool_calls"))
-    assert decision is not None
-    assert (decision.finish_reason, decision.message.refusal) == (FINISH_REFUSED, "No.")
+    assert decision.message.refusal == REFUSAL.text
 
 
 def test_refusal_text_does_not_turn_an_unknown_finish_into_a_success() -> None:
     events = [START, RefusalDelta("No."), ResponseCompleted("made_up")]
     assert failure_of(events).kind is FailureKind.LIFECYCLE
-
-
-def test_a_paused_response_keeps_its_finish_with_refusal_text() -> None:
-    gate = ResponseGate(ALL_TOOLS, lambda event: None)
-    gate.accept(START)
-    gate.accept(RefusalDelta("partial"))
-    decision = gate.accept(ResponseCompleted(FINISH_PAUSED))
-    assert decision is not None
-    assert decision.finish_reason == FINISH_PAUSED
 
 
 def test_content_kept_but_not_shown_counts_as_started_content() -> None:

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,6 @@ from benchmarks.hostile import (
 
 import lockgate.cli as cli_module
 import lockgate.providers.openai.transport  # noqa: F401  (the SDK's import is not timed)
-from lockgate import interrupts
 from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
@@ -90,19 +89,15 @@ CLI = Callable[..., Outcome]
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Iterator[CLI]:
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], in_process_main: None
+) -> CLI:
     """`lockgate.cli.main(args)` in this process, with a clean environment (no key, no
     proxies, no retry settings) and this process's signal handlers and dumpability kept."""
-    monkeypatch.setattr(cli_module, "_protect_process_memory", lambda: None)
     variables = {entry.key_variable for entry in PROVIDERS.values()} | {"OPENAI_API_KEY"}
     variables |= {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
     for name in (*PROXY_VARIABLES, *RETRY_VARIABLES, *sorted(variables)):
         monkeypatch.delenv(name, raising=False)
-    # main() installs lockgate's signal handlers and unraisable hook: put the test
-    # process's back afterwards, and start from no recorded interrupt.
-    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
-    unraisable = sys.unraisablehook
-    monkeypatch.setattr(interrupts, "arrived", [])
 
     def call(*args: str, key: str | None = None, env: dict[str, str] | None = None) -> Outcome:
         if key is not None:
@@ -117,12 +112,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> 
         captured = capsys.readouterr()
         return Outcome(code, captured.out, captured.err)
 
-    try:
-        yield call
-    finally:
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-        sys.unraisablehook = unraisable
+    return call
 
 
 def assert_one_line_usage_error(result: Outcome) -> None:

@@ -22,13 +22,14 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
+from benchmarks._common import advance
+from benchmarks.bounds import started_gate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockgate import events as events_module
 from lockgate.events import (
     ReasoningDelta,
-    ResponseStarted,
     StreamEvent,
     TextBuffer,
     TextDelta,
@@ -38,21 +39,14 @@ from lockgate.events import (
     ignore_event,
 )
 from lockgate.fixture import ALL_TOOLS
-from lockgate.gate import Decision, GateLimits, ResponseGate
+from lockgate.gate import GateLimits, ResponseGate
 from lockgate.jsonlimits import parse_event, parse_json
 from lockgate.lab.reply import Call, Reply, Say
 from lockgate.providers import PROVIDERS, CodecOptions
-from lockgate.providers.base import StreamDecoder
 from lockgate.sse import ServerSentEvent, SSEDecoder
 
 LIMITS = GateLimits()
 PROTOCOLS = tuple(PROVIDERS)
-
-
-@dataclasses.dataclass
-class Traced:
-    peak_growth: int = 0
-    marks: list[int] = dataclasses.field(default_factory=list)
 
 
 def retained_by(feed: Callable[[Callable[[], None]], None]) -> list[int]:
@@ -72,27 +66,6 @@ def retained_by(feed: Callable[[Callable[[], None]], None]) -> list[int]:
     finally:
         tracemalloc.stop()
     return marks
-
-
-def advance(
-    sse_events: list[ServerSentEvent],
-    decoder: StreamDecoder,
-    gate: ResponseGate,
-    decision: Decision | None,
-) -> Decision | None:
-    """What the client does with a read's SSE events: decode each, gate every event."""
-    for sse_event in sse_events:
-        for event in decoder.decode(sse_event):
-            result = gate.accept(event)
-            if result is not None:
-                decision = result
-    return decision
-
-
-def started_gate() -> ResponseGate:
-    gate = ResponseGate(ALL_TOOLS, ignore_event)
-    gate.accept(ResponseStarted(response_id="resp_bounds"))
-    return gate
 
 
 # --- the gate at its bounds ----------------------------------------------------------------

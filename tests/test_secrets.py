@@ -13,6 +13,9 @@ from lockgate.providers import PROVIDERS
 
 from .helpers import ServerThread
 
+# main() runs in this process: keep its signal handlers, hook and dumpability.
+pytestmark = pytest.mark.usefixtures("in_process_main")
+
 FAKE_KEY = "sk-proj-LOCKGATE-SECRET-4d6f2a9b7c1e"
 PROVIDER_NAMES = sorted(PROVIDERS)
 

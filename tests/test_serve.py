@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,27 +16,13 @@ from lockgate.lab.script import Faults, ScriptError, Turn, load_script
 from lockgate.lab.server import serve_script
 from lockgate.providers.responses.lab import ResponseBuilder
 
-from .helpers import run_lockgate
+from .helpers import run_lockgate, serving_repair
 
 
 @pytest.fixture
 def served_repair() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lockgate", "serve", "--scenario", "repair"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("serving repair (responses, 7 turns) at http://127.0.0.1:")
-    try:
-        yield line.strip().rsplit(" at ", 1)[1]
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
-        assert process.stderr is not None
-        assert "stopped after 7 requests" in process.stderr.read()
+    with serving_repair("responses") as base_url:
+        yield base_url
 
 
 async def test_sdk_stream_helper_drives_the_repair_scenario(served_repair: str) -> None:
