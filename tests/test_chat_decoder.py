@@ -543,18 +543,26 @@ def test_a_single_choice_at_index_one_is_accepted() -> None:
     assert outcome.decision.message.content == "The bug is in add."
 
 
-def test_finish_counts_only_from_the_choice() -> None:
-    # choice 1 never carried content: its finish does not count, nor conflict.
+def test_any_second_choice_index_fails_even_without_content() -> None:
+    # Audit 3, L3: choice 0 opened (role, empty content) and never finished while choice 2
+    # carries a call and a finish: lockgate asks for one choice, so the call never runs.
+    second = chunk(
+        {"tool_calls": [fragment(0, "call_2", "edit", EDIT_JSON)]}, "tool_calls", index=2
+    )
+    outcome = run(chunk({"role": "assistant", "content": ""}), second, DONE)
+    assert outcome.failure.kind is FailureKind.LIFECYCLE
+    assert "two choices in one stream (indexes 0 and 2)" in outcome.failure.message
+    # …and a second index that only sends a finish is a second choice too.
     outcome = run(*edit_call(), chunk({}, "length", index=1), chunk({}, "tool_calls"), DONE)
-    assert outcome.calls() == [("call_1", "edit", EDIT)]
-    # …and a content-less choice's finish alone completes nothing once THE choice is 0.
-    outcome = run(*edit_call(), chunk({}, "tool_calls", index=1), DONE)
     assert outcome.failure.kind is FailureKind.LIFECYCLE
 
 
-def test_finish_from_the_first_finishing_choice_when_none_carried_content() -> None:
-    outcome = run(chunk({}, "stop", index=2), chunk({}, "length", index=3), DONE)
+def test_the_first_choice_index_seen_is_the_choice() -> None:
+    outcome = run(chunk({}, "stop", index=2), DONE)
     assert outcome.decision.message.content == ""
+    assert run(chunk({}, "stop", index=2), chunk({}, "length", index=3), DONE).failure.kind is (
+        FailureKind.LIFECYCLE
+    )
 
 
 # --- several finish chunks --------------------------------------------------------------------
@@ -581,29 +589,71 @@ def test_a_conflicting_later_finish_fails() -> None:
 
 
 def test_content_between_repeated_finishes_is_accepted() -> None:
-    # Gemini through proxies: finish_reason on every chunk.
+    # Gemini through proxies: finish_reason on every chunk; each chunk's finish covers it.
     outcome = run(text("A", "stop"), text("B", "stop"), DONE)
     assert outcome.decision.message.content == "AB"
 
 
-def test_content_after_the_finish_then_done_or_a_new_finish_completes() -> None:
-    assert run(text("A", "stop"), text("B"), DONE).decision.message.content == "AB"
-    assert run(text("A", "stop"), text("B", "stop")).decision.message.content == "AB"
+def test_content_after_the_finish_without_a_finish_of_its_own_fails_at_once() -> None:
+    # Audit 3, M1: the finish moved before the last fragments; [DONE] does not cover them.
+    outcome = run(text("A", "stop"), text("B"), DONE)
+    assert outcome.failure.kind is FailureKind.LIFECYCLE
+    assert "content arrived after finish_reason 'stop'" in outcome.failure.message
+    outcome = run(text("A", "stop"), text("B"), eof=True)
+    assert outcome.failure.kind is FailureKind.LIFECYCLE
 
 
-def test_another_choice_s_finish_does_not_cover_content_after_the_finish() -> None:
-    # A finish from an index that is not THE choice says nothing about THE choice's content.
-    other_finish = chunk({}, "stop", index=1)
-    outcome = run(text("hi", "stop"), *edit_call(), other_finish, eof=True)
-    assert outcome.failure.kind is FailureKind.STREAM_ENDED
+def test_a_call_after_the_finish_fails_even_with_a_finish_of_its_own() -> None:
+    # Audit 3, M1: a read call, finish tool_calls, then a NEW call at index 0 (a new id)
+    # with another finish tool_calls and [DONE]: a gateway splicing a retried attempt.
+    read = calls(fragment(0, "call_1", "read", READ_JSON), finish="tool_calls")
+    spliced = calls(fragment(0, "call_2", "edit", EDIT_JSON), finish="tool_calls")
+    outcome = run(read, spliced, DONE)
+    assert outcome.failure.kind is FailureKind.LIFECYCLE
+    assert "a tool-call fragment arrived after finish_reason 'tool_calls'" in (
+        outcome.failure.message
+    )
+    # Text with finish stop, then a complete call, then [DONE].
+    outcome = run(text("Done.", "stop"), calls(fragment(0, "call_1", "edit", EDIT_JSON)), DONE)
+    assert outcome.failure.kind is FailureKind.LIFECYCLE
+    # An argument fragment for the open call after the finish, too.
+    outcome = run(*edit_call()[:2], chunk({}, "tool_calls"), *edit_call()[2:], DONE)
+    assert outcome.failure.kind is FailureKind.LIFECYCLE
 
 
-def test_content_after_the_finish_then_a_bare_end_of_body_releases_nothing() -> None:
-    # The finish no longer covers what followed it, and nothing marked the end: a body cut
-    # in the middle of a second batch looks exactly like this.
-    outcome = run(text("A", "stop"), *edit_call(), eof=True)
-    assert outcome.failure.kind is FailureKind.STREAM_ENDED
-    assert "followed the finish_reason" in outcome.failure.message
+def test_a_role_only_delta_or_usage_after_the_finish_is_not_content() -> None:
+    outcome = run(
+        *edit_call(),
+        chunk({}, "tool_calls"),
+        chunk({"role": "assistant"}, "tool_calls"),
+        chunk({"role": "assistant", "content": ""}),
+        usage_chunk(),
+        DONE,
+    )
+    assert outcome.calls() == [("call_1", "edit", EDIT)]
+
+
+def test_calls_are_released_in_index_order() -> None:
+    # Audit 3, L4: the protocol's `index` is the call's position in the message (the SDK
+    # reads it so): fragments that begin out of order are released by index.
+    outcome = run(
+        calls(fragment(1, "call_b", "read", READ_JSON)),
+        calls(fragment(0, "call_a", "discover", "{}")),
+        chunk({}, "tool_calls"),
+        DONE,
+    )
+    assert [call[0] for call in outcome.calls()] == ["call_a", "call_b"]
+    # Ties (Ollama: every call at index 0) keep the order they began in.
+    outcome = run(
+        calls(fragment(0, "call_x", "discover", "{}")),
+        calls(fragment(0, "call_y", "read", READ_JSON)),
+        chunk({}, "tool_calls"),
+        DONE,
+    )
+    assert [call[0] for call in outcome.calls()] == ["call_x", "call_y"]
+    # The replayed output keeps the calls in that same order.
+    parts = outcome.decision.message.output
+    assert [getattr(p, "call_id", None) for p in parts] == ["call_x", "call_y"]
 
 
 # --- text, refusal and reasoning ---------------------------------------------------------------

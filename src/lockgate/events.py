@@ -276,12 +276,15 @@ class ResponseCompleted(StreamEvent):
     translated by its decoder (`tool_calls`, `stop`, `pause_turn`, `refusal`), or None if
     it states none (the calls then imply it). `output` is the provider's own final output
     snapshot where the protocol has one (the gate then checks it against what streamed);
-    None means the gate builds the decision from the streamed parts itself."""
+    None means the gate builds the decision from the streamed parts itself; `call_order`
+    then names the streamed calls' keys in the order the protocol defines, where that is
+    not the order they began in (Chat's `index`)."""
 
     finish_reason: str | None = None
     usage: Usage | None = None
     output: tuple[OutputItem, ...] | None = None
     refusal_detail: str = ""  # why the model refused, where the provider says
+    call_order: tuple[str, ...] | None = None
 
 
 # --- published by the gate, the client and the loop --------------------------------------

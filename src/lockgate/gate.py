@@ -407,7 +407,7 @@ class ResponseGate:
                 pending.shown = chars
                 self._observer(ToolArgumentProgress(pending.call_id, pending.name, chars))
         if event.output is None:
-            parts, calls = self._streamed_output()
+            parts, calls = self._streamed_output(event.call_order)
         else:
             parts, calls = self._snapshot_output(event.output)
         text = "".join(p.text for p in parts if isinstance(p, TextPart))
@@ -440,13 +440,17 @@ class ResponseGate:
         )
         return Decision(message, finish, event.usage)
 
-    def _streamed_output(self) -> tuple[list[OutputPart], list[OutputCall]]:
+    def _streamed_output(
+        self, call_order: Sequence[str] | None
+    ) -> tuple[list[OutputPart], list[OutputCall]]:
+        """The streamed parts in order; the calls' places taken in `call_order`, if given."""
+        order = iter(self._ordered_calls(call_order)) if call_order is not None else None
         parts: list[OutputPart] = []
         calls: list[OutputCall] = []
         for kind, value in self._layout:
             if kind == "call":
                 assert isinstance(value, str)
-                call = self._pending[value].output()
+                call = self._pending[next(order) if order is not None else value].output()
                 calls.append(call)
                 parts.append(CallPart(call.call_id))
             elif kind == "native":
@@ -457,6 +461,13 @@ class ResponseGate:
                 joined = value.value()
                 parts.append(TextPart(joined) if kind == "text" else RefusalPart(joined))
         return parts, calls
+
+    def _ordered_calls(self, call_order: Sequence[str]) -> Sequence[str]:
+        if sorted(call_order) != sorted(self._pending):
+            raise _failure(
+                FailureKind.LIFECYCLE, "the completion orders calls that were not streamed"
+            )
+        return call_order
 
     def _snapshot_output(
         self, output: Sequence[object]

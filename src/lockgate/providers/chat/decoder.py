@@ -137,6 +137,7 @@ TRANSIENT_ERROR_CODES = frozenset(
 )
 
 _DONE = b"[DONE]"
+_CALL_EVENTS = frozenset({ToolCallStarted, ToolCallIdentified, ToolArgumentsDelta})
 _CONCATENATED = frozenset({"text", "summary", "data"})
 # The bounds on merged `reasoning_details`: the gate's bound on native output, which sees
 # them only when the response completes.
@@ -159,10 +160,11 @@ def synthesized_call_id(response_id: str, key: str) -> str:
 
 
 class _Call:
-    __slots__ = ("call_id", "key", "name")
+    __slots__ = ("call_id", "index", "key", "name")
 
-    def __init__(self, key: str, call_id: str, name: str) -> None:
+    def __init__(self, key: str, index: int | None, call_id: str, name: str) -> None:
         self.key = key
+        self.index = index  # the fragment's `index`: the call's position in the message
         self.call_id = call_id
         self.name = name
 
@@ -174,11 +176,9 @@ class ChatDecoder:
         "_by_index",
         "_calls",
         "_choice",
-        "_content_after_finish",
         "_details",
         "_details_chars",
         "_finish",
-        "_finish_index",
         "_last",
         "_reasoning_content",
         "_response_id",
@@ -191,9 +191,8 @@ class ChatDecoder:
         self._started = False
         self._terminated = False
         self._response_id = ""
-        self._choice: int | None = None  # THE choice: the first index that carried content
+        self._choice: int | None = None  # THE choice: the first index seen
         self._finish: str | None = None
-        self._finish_index: int | None = None
         self._usage: dict[str, Any] | None = None  # the last non-null usage object
         self._calls: list[_Call] = []
         self._by_index: dict[int, _Call] = {}
@@ -201,7 +200,6 @@ class ChatDecoder:
         self._reasoning_content = TextBuffer()  # for replay, retained compactly
         self._details: dict[tuple[object, object], dict[str, Any]] = {}
         self._details_chars = 0
-        self._content_after_finish = False  # THE choice sent content after its last finish
 
     # --- the StreamDecoder protocol -------------------------------------------------------
 
@@ -252,44 +250,38 @@ class ChatDecoder:
             index = choice.get("index", 0)
             if type(index) is not int:
                 raise _malformed("choice index must be an integer")
+            if index != self._choice:
+                failure = self._claim(index)
+                if failure is not None:
+                    return self._with_start(events, failure)
             error = choice.get("error")
             if error is not None:
                 return self._error(error, events)
             delta = choice.get("delta")
-            produced_content = False
+            finish = choice.get("finish_reason")
             if delta:
                 if type(delta) is not dict:
                     raise _malformed("delta must be an object")
                 produced = self._delta(delta, index)
                 if produced is not None:  # the delta carried content
-                    produced_content = True
-                    if index != self._choice:
-                        failure = self._claim(index)
+                    if self._finish is not None:
+                        failure = self._after_finish(produced, finish)
                         if failure is not None:
                             return self._with_start(events, failure)
                     if not self._started:
                         events = self._start_synthesized(events)
                     if events is None:
-                        if (
-                            len(choices) == 1
-                            and choice.get("finish_reason") is None
-                            and self._finish is None
-                        ):
+                        if len(choices) == 1 and finish is None:
                             return produced  # the common chunk: one choice, one delta
                         events = list(produced)
                     else:
                         events.extend(produced)
             elif delta is not None and type(delta) is not dict:
                 raise _malformed("delta must be an object")
-            finish = choice.get("finish_reason")
             if finish is not None:
-                failure = self._finished(finish, index)
+                failure = self._finished(finish)
                 if failure is not None:
                     return self._with_start(events, failure)
-                if index == self._finish_index:  # the finish covers what came before it
-                    self._content_after_finish = False
-            elif produced_content and self._finish is not None and index == self._choice:
-                self._content_after_finish = True
         return events or NOTHING
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
@@ -389,7 +381,7 @@ class ChatDecoder:
             or (call_id and call.call_id and call_id != call.call_id)
             or (name and call.name and name != call.name)
         ):
-            call = _Call(str(len(self._calls)), call_id, name)
+            call = _Call(str(len(self._calls)), index, call_id, name)
             self._calls.append(call)
             if index is not None:
                 self._by_index[index] = call
@@ -475,30 +467,43 @@ class ChatDecoder:
         return carried
 
     def _claim(self, index: int) -> ProviderReportedFailure | None:
-        """Content arrived on choice `index`: it becomes THE choice, unless another is."""
+        """A choice entry with `index` arrived: the first index seen is THE choice; any
+        other fails (lockgate asks for one choice)."""
         if self._choice is None:
             self._choice = index
-            if self._finish_index is not None and self._finish_index != index:
-                self._finish = None  # that finish came from a choice without content
-                self._finish_index = None
             return None
         self._terminated = True
         return ProviderReportedFailure(
             FailureKind.LIFECYCLE,
-            f"two choices carry content (indexes {self._choice} and {index}); "
+            f"two choices in one stream (indexes {self._choice} and {index}); "
             "lockgate asks for one choice",
             usage=self._typed_usage(),
         )
 
-    def _finished(self, finish: object, index: int) -> ProviderReportedFailure | None:
+    def _after_finish(
+        self, produced: list[StreamEvent], finish: object
+    ) -> ProviderReportedFailure | None:
+        """Content in a chunk after the finish: the finish never covered it. A tool-call
+        fragment fails at once (the shape of a gateway splicing a retried attempt after the
+        first attempt's finish); other content only when its own chunk states the same
+        finish again (servers that send the finish on every chunk)."""
+        stated = self._finish
+        if any(type(event) in _CALL_EVENTS for event in produced):
+            problem = f"a tool-call fragment arrived after finish_reason {stated!r}"
+        elif finish != stated:
+            problem = f"content arrived after finish_reason {stated!r} without a finish of its own"
+        else:
+            return None
+        self._terminated = True
+        return ProviderReportedFailure(
+            FailureKind.LIFECYCLE, f"{problem}; nothing executed", usage=self._typed_usage()
+        )
+
+    def _finished(self, finish: object) -> ProviderReportedFailure | None:
         if type(finish) is not str:
             raise _malformed("finish_reason must be a string or null")
-        if self._finish_index is None:
-            if self._choice is None or index == self._choice:
-                self._finish = finish
-                self._finish_index = index
-            return None
-        if index != self._finish_index or finish == self._finish:
+        if self._finish is None or finish == self._finish:
+            self._finish = finish
             return None
         self._terminated = True
         return ProviderReportedFailure(
@@ -573,17 +578,6 @@ class ChatDecoder:
                     )
                 )
             return events
-        if not done and self._content_after_finish:
-            # The finish no longer stands for what followed it, and no end marker came.
-            events.append(
-                ProviderReportedFailure(
-                    FailureKind.STREAM_ENDED,
-                    "the stream ended after content that followed the finish_reason, with "
-                    "no new finish and no [DONE]; nothing executed",
-                    usage=usage,
-                )
-            )
-            return events
         if finish == "tool_calls" or finish == "stop":
             self._identify_calls(events)
             self._native_reasoning(events)
@@ -591,7 +585,7 @@ class ChatDecoder:
                 reason: str | None = FINISH_WITH_CALLS
             else:
                 reason = None if self._calls else FINISH_WITHOUT_CALLS
-            events.append(ResponseCompleted(reason, usage))
+            events.append(ResponseCompleted(reason, usage, call_order=self._call_order()))
         elif finish == "length":
             self._identify_calls(events)  # a truncated call can then be paired (--recover)
             events.append(
@@ -637,6 +631,19 @@ class ChatDecoder:
             if not call.call_id:
                 call.call_id = synthesized_call_id(self._response_id, call.key)
                 events.append(ToolCallIdentified(call.key, call.call_id))
+
+    def _call_order(self) -> tuple[str, ...] | None:
+        """The calls in the order of their `index` (the call's position in the message, as
+        the protocol and the SDK read it), ties in the order they began (Ollama sends every
+        call at index 0); None when that is the order they began in, or when a call has no
+        index (then the order they began is all there is)."""
+        calls = self._calls
+        if len(calls) < 2 or any(call.index is None for call in calls):
+            return None
+        ordered = sorted(calls, key=lambda call: call.index or 0)
+        if ordered == calls:
+            return None
+        return tuple(call.key for call in ordered)
 
     def _native_reasoning(self, events: list[StreamEvent]) -> None:
         if self._reasoning_content.chars:

@@ -598,11 +598,65 @@ def eof_before_finish_turns() -> list[Turn]:
     return [_edit().turn()]
 
 
-def content_after_finish_turns() -> list[Turn]:
-    # A finish, then a call, then the body ends cleanly: nothing marks the end of the call.
-    builder = ChunkBuilder("chatcmpl-after").start().text("Looking.")
-    builder.finish("stop", done=False).call(0, "call_1", "edit", EDIT_JSON)
+def text_after_finish_turns() -> list[Turn]:
+    # The finish moved before the last fragments: [DONE] does not cover them.
+    builder = ChunkBuilder("chatcmpl-moved").start().text("Looking")
+    builder.chunk({}, "stop").text(" further.").done()
     return [builder.turn()]
+
+
+def call_after_finish_turns() -> list[Turn]:
+    # Text with finish stop, then a complete call, then [DONE].
+    builder = ChunkBuilder("chatcmpl-after").start().text("Looking.")
+    builder.chunk({}, "stop").call(0, "call_1", "edit", EDIT_JSON).done()
+    return [builder.turn()]
+
+
+def spliced_retry_turns() -> list[Turn]:
+    # A gateway splices a retried upstream attempt after the first attempt's finish: a read
+    # call and its finish, then a new call at index 0 with a new id, another finish, [DONE].
+    builder = ChunkBuilder("chatcmpl-spliced").start(None)
+    builder.call(0, "call_1", "read", READ_README).chunk({}, "tool_calls")
+    builder.call(0, "call_2", "edit", EDIT_JSON).finish("tool_calls")
+    return [builder.turn()]
+
+
+def cut_after_finish_turns() -> list[Turn]:
+    # No [DONE]; the body ends cleanly, but inside a frame: the stream was cut.
+    builder = _edit().finish("tool_calls", done=False)
+    builder.events.append({"raw": 'data: {"id":"chatcmpl-edit","choices":[{"index":0,"de'})
+    return [builder.turn()]
+
+
+def second_choice_turns() -> list[Turn]:
+    # Choice 0 opens (role, empty content) and never finishes; choice 2 carries a call.
+    builder = ChunkBuilder("chatcmpl-n3").start("")
+    call = {"index": 0, "id": "call_1", "type": "function"}
+    call["function"] = {"name": "edit", "arguments": EDIT_JSON}
+    builder.raw_chunk(
+        {"choices": [{"index": 2, "delta": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}
+    )
+    return [builder.done().turn()]
+
+
+def calls_by_index_turns() -> list[Turn]:
+    # The second call (index 1) begins before the first (index 0).
+    builder = ChunkBuilder("chatcmpl-order").start(None)
+    builder.call(1, "call_b", "read", READ_README).call(0, "call_a", "discover", "{}")
+    return _then_answer(builder.finish("tool_calls").turn())
+
+
+def check_calls_by_index(observation: Observation) -> list[str]:
+    messages = list(observation.requests[1].get("messages", []))
+    replayed = [m for m in messages if m.get("role") == "assistant" and m.get("tool_calls")]
+    if not replayed:
+        return ["the calls were not replayed"]
+    order = [call.get("id") for call in replayed[0]["tool_calls"]]
+    results = [m.get("tool_call_id") for m in messages if m.get("role") == "tool"]
+    expected = ["call_a", "call_b"]
+    if order != expected or results != expected:
+        return [f"calls replayed as {order}, results {results}, expected {expected}"]
+    return []
 
 
 def done_without_finish_turns() -> list[Turn]:
@@ -849,10 +903,29 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = own(
         eof_before_finish_turns,
     ),
     _s(
-        "content-after-finish",
-        "a finish, then a call, then the body ends without a new finish or [DONE]",
+        "text-after-finish",
+        "the finish, then more text, then [DONE]: the finish never covered that text",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        text_after_finish_turns,
+    ),
+    _s(
+        "call-after-finish",
+        "text with finish stop, then a complete call, then [DONE]: the call does not run",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        call_after_finish_turns,
+    ),
+    _s(
+        "spliced-retry",
+        "a call and its finish, then a new call at index 0 with its own finish (a gateway "
+        "splicing a retried attempt): neither runs",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        spliced_retry_turns,
+    ),
+    _s(
+        "cut-after-finish",
+        "the finish, no [DONE], and the body ends inside a frame: a cut, not a clean end",
         failure(FailureKind.STREAM_ENDED, closed_early=0),
-        content_after_finish_turns,
+        cut_after_finish_turns,
     ),
     _s(
         "done-without-finish",
@@ -913,6 +986,19 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = own(
         "two choice indexes carry content",
         failure(FailureKind.LIFECYCLE, closed_early=0),
         two_choices_turns,
+    ),
+    _s(
+        "second-choice",
+        "choice 0 opens and never finishes while choice 2 carries a call and a finish",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        second_choice_turns,
+    ),
+    _s(
+        "calls-by-index",
+        "the call at index 1 begins before the call at index 0: both run, in index order",
+        _TWO_TOOLS,
+        calls_by_index_turns,
+        check=check_calls_by_index,
     ),
     _s(
         "conflicting-finish",
