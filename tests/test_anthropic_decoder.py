@@ -546,15 +546,64 @@ def test_message_stop_without_message_delta_or_stop_reason_is_lifecycle() -> Non
 
 
 def test_message_stop_while_a_block_is_open_is_lifecycle() -> None:
-    events = [start_event(), TEXT, message_delta("end_turn"), MESSAGE_STOP]
+    events = [start_event(), TEXT, MESSAGE_STOP]
     assert "still open" in fails(events).message
 
 
-def test_a_later_stop_reason_replaces_an_earlier_one_and_null_keeps_it() -> None:
+def test_a_message_delta_while_a_block_is_open_is_lifecycle() -> None:
+    # Audit 3, L6: the message_delta describes blocks that have all stopped.
+    events = [start_event(), TEXT, message_delta("end_turn"), MESSAGE_STOP]
+    failure = fails(events)
+    assert failure.kind is FailureKind.LIFECYCLE
+    assert "message_delta while content block 0 is open" in failure.message
+
+
+def test_a_block_after_the_message_delta_is_lifecycle() -> None:
+    # Audit 3, L6: a message_delta before the blocks it describes.
+    events = [start_event(), message_delta("tool_use")]
+    events += MessageBuilder("msg_1").tool_use("toolu_1", "edit", EDIT).events
+    events.append(MESSAGE_STOP)
+    failure = fails(events)
+    assert failure.kind is FailureKind.LIFECYCLE
+    assert "content block 0 started after the message_delta" in failure.message
+
+
+def test_a_second_message_delta_with_another_stop_reason_is_lifecycle() -> None:
+    # Audit 3, L6: it no longer silently replaces the first.
     events = text_stream("tool_use")
+    events.insert(-1, message_delta("end_turn"))
+    failure = fails(events)
+    assert failure.kind is FailureKind.LIFECYCLE
+    assert "stop_reason changed from 'tool_use' to 'end_turn'" in failure.message
+
+
+def test_a_repeated_or_null_stop_reason_keeps_the_first() -> None:
+    events = text_stream("end_turn")
     events.insert(-1, message_delta("end_turn"))
     events.insert(-1, message_delta(None))
     assert decide(events).finish_reason == FINISH_WITHOUT_CALLS
+
+
+def data_only(event: Mapping[str, Any]) -> bytes:
+    """A frame without an `event:` line."""
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+def test_a_frame_without_an_event_line_is_skipped_as_the_sdk_skips_it() -> None:
+    # Audit 3, L5: a data-only input_json_delta or message_delta must not change the
+    # decision (the official SDK never reads such a frame).
+    message = edit_message()
+    stream = body(message.events[:-2])  # up to the tool_use's stop
+    stream += data_only(message_delta("end_turn"))  # would contradict tool_use
+    stream += data_only(delta(1, type="input_json_delta", partial_json=', "x": 1}'))
+    stream += body(message.events[-2:])
+    assert [call.arguments for call in decide(stream).message.tool_calls] == [EDIT]
+    # …and a data-only message_stop ends nothing.
+    events = message.events
+    cut = body(events[:-1]) + data_only(events[-1])
+    with pytest.raises(ResponseFailure) as caught:
+        decide(cut)
+    assert caught.value.kind is FailureKind.STREAM_ENDED
 
 
 # --- 8. error events ---------------------------------------------------------------------
@@ -631,7 +680,7 @@ def test_anything_after_message_stop_fails_the_response() -> None:
     [
         ("message_start", b"{not json"),
         ("message_start", b"[1, 2]"),
-        (None, b'{"no": "type"}'),
+        ("message_start", b'{"no": "type"}'),
         ("ping", b'{"type": "message_stop"}'),  # the name disagrees with the type
         ("message_start", b'{"type": "message_start", "message": "nope"}'),
         ("message_start", b'{"type": "message_start", "message": {"id": 7}}'),
@@ -660,9 +709,12 @@ def test_malformed_shapes(bad: dict[str, Any]) -> None:
     assert fails([*opened, bad]).kind is FailureKind.MALFORMED_EVENT
 
 
-def test_data_only_events_are_accepted_by_their_json_type() -> None:
+def test_a_data_only_stream_releases_nothing() -> None:
+    # The official SDK reads none of these frames: neither does lockgate (audit 3, L5).
     payload = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in text_stream())
-    assert decide(payload).message.content == "Hello"
+    with pytest.raises(ResponseFailure) as caught:
+        decide(payload)
+    assert caught.value.kind is FailureKind.STREAM_ENDED
 
 
 # --- usage --------------------------------------------------------------------------------

@@ -36,8 +36,10 @@ THE COMPLETION RULE for Anthropic Messages (every line is tested, accepting and 
    unless it already failed otherwise; one whose streamed input passes 4 MiB fails at once
    (bound_exceeded). Any other block type cannot be replayed: the response fails at once
    (unsupported_output).
-7. `message_delta` records `stop_reason` (a later non-null one replaces an earlier one),
-   `stop_details` and usage. The decision is released only at `message_stop`, after a
+7. `message_delta` records `stop_reason`, `stop_details` and usage. It comes after the
+   last block: a `message_delta` while a block is open, a block started after it, or a
+   later `message_delta` with another non-null stop reason is lifecycle (a repeated equal
+   one, or null, changes nothing). The decision is released only at `message_stop`, after a
    `message_delta` whose `stop_reason` agrees with the blocks, and with every block
    stopped:
    - `tool_use` → `ResponseCompleted(FINISH_WITH_CALLS)` (the gate fails it without a call);
@@ -67,6 +69,8 @@ THE COMPLETION RULE for Anthropic Messages (every line is tested, accepting and 
     progress, which fails the response (nothing follows the terminal event).
 11. Malformed JSON or shapes (not an object, a field of the wrong type, nesting beyond the
     bound) are malformed events, and the SSE `event:` name must agree with the JSON `type`.
+    A frame without an `event:` line is skipped unread, as the official SDK skips it, so
+    that lockgate and the SDK reach the same decision on the same bytes.
 
 Usage: `message_start.usage`, then each `message_delta.usage` (cumulative: every field
 present replaces the earlier value), normalized: input = `input_tokens +
@@ -248,6 +252,8 @@ class AnthropicDecoder:
         }
 
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
+        if event.event is None:
+            return NOTHING  # a frame without an `event:` line: the SDK skips it, so do we
         data = event.data
         try:
             payload = parse_event(data)
@@ -345,6 +351,8 @@ class AnthropicDecoder:
     def _block_start(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("content_block_start")
         index = _index(payload)
+        if self._message_delta_seen:
+            raise _lifecycle(f"content block {index} started after the message_delta")
         if self._open is not None:
             raise _lifecycle(
                 f"content block {index} started while block {self._open.index} is open"
@@ -458,10 +466,15 @@ class AnthropicDecoder:
 
     def _message_delta(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("message_delta")
+        if self._open is not None:
+            raise _lifecycle(f"message_delta while content block {self._open.index} is open")
         delta = _object(payload.get("delta", {}), "message_delta.delta")
         reason = delta.get("stop_reason")
         if reason is not None:
-            self._stop_reason = _string(reason, "stop_reason")
+            reason = _string(reason, "stop_reason")
+            if self._stop_reason is not None and reason != self._stop_reason:
+                raise _lifecycle(f"stop_reason changed from {self._stop_reason!r} to {reason!r}")
+            self._stop_reason = reason
         details = delta.get("stop_details")
         if type(details) is dict:
             self._stop_details = details
