@@ -97,3 +97,35 @@ def test_key_echoed_by_a_hostile_server_is_redacted(
         assert code == 1
         assert FAKE_KEY not in out + err
         assert "[redacted]" in out
+
+
+# Printable ASCII, so accepted: a backslash and a quote, which `repr` escapes its own way.
+ESCAPING_KEY = "sk-LOCK\\GATE'SECRET\"7f3a"
+
+
+@pytest.mark.parametrize("provider", PROVIDER_NAMES)
+def test_a_key_in_repr_form_is_redacted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], provider: str
+) -> None:
+    # Audit 3, M2: the read tool's `unknown file '…'` observation and the invalid batch's
+    # `tool '…' is not exposed` quote values with `!r` (the backslash doubled).
+    from lockgate.lab.reply import Call, Reply
+    from lockgate.lab.scenario import reply_turn
+
+    turns = [
+        reply_turn(Reply("resp_echo_1", (Call("call_1", "read", {"path": ESCAPING_KEY}),))),
+        reply_turn(Reply("resp_echo_2", (Call("call_2", ESCAPING_KEY, "{}"),))),
+    ]
+    escaped = ESCAPING_KEY.replace("\\", "\\\\")
+    for extra in ((), ("--json",)):
+        monkeypatch.setenv(PROVIDERS[provider].key_variable, ESCAPING_KEY)
+        with ServerThread(list(turns), provider=provider) as server:
+            arguments = ["run", "--provider", provider, "--base-url", server.base_url]
+            code = main([*arguments, "--idle-timeout", "1", *extra])
+        captured = capsys.readouterr()
+        printed = captured.out + captured.err
+        assert code == 1, printed
+        assert "invalid_batch" in printed
+        for form in (ESCAPING_KEY, escaped, ESCAPING_KEY.replace("'", "\\'"), "LOCK\\\\GATE"):
+            assert form not in printed
+        assert "[redacted]" in printed

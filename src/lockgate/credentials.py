@@ -44,16 +44,28 @@ def api_key_problem(key: str) -> str | None:
 
 
 def _forms(secret: str) -> set[str]:
-    """The secret as written raw and as it appears inside a JSON string (both encodings)."""
-    return {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    """Every way lockgate may print the secret: raw, inside a JSON string (both encodings),
+    and inside a Python `repr` or `ascii` (what `{value!r}` and `{value!a}` write: backslashes
+    doubled, a quote escaped or not, depending on the quotes the whole string needs)."""
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    for quoted in (repr(secret), ascii(secret)):
+        inner = quoted[1:-1]
+        forms.add(inner)
+        # The quote `repr` escapes depends on the string around the secret too: both ways.
+        if quoted[0] == "'":
+            forms.add(inner.replace("\\'", "'"))
+        else:
+            forms.add(inner.replace("'", "\\'"))
+    return forms
 
 
 class Redactor:
     """Replaces every occurrence of each secret with `[redacted]`.
 
     Empty secrets are ignored; every other secret is redacted whatever its length. Each
-    secret's JSON-escaped forms (a `"` as `\\"`, a `\\` as `\\\\`, non-ASCII as `\\uXXXX`)
-    are redacted too, so redacting already-encoded text is still safe. Matching is one
+    secret's escaped forms are redacted too: JSON's (a `"` as `\\"`, a `\\` as `\\\\`,
+    non-ASCII as `\\uXXXX`) and Python's `repr`/`ascii` (a `'` as `\\'` or not), so text
+    that quotes a value with `!r` or was already JSON-encoded is still safe. Matching is one
     left-to-right pass in which, at each position, the longest matching secret wins.
     """
 
