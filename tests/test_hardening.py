@@ -48,11 +48,13 @@ from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.events import ResponseFailed, Retrying
 from lockgate.fixture import ALL_TOOLS, CALCULATOR, FixtureTools, create_fixture
+from lockgate.lab.replay import ReplayTransport
+from lockgate.lab.reply import Call, Reply, Say
 from lockgate.lab.scenarios import FIXED_SOURCE, cancellation_turns, repair_turns
 from lockgate.lab.script import Faults, Turn
 from lockgate.lab.server import ServerThread, serve_script
 from lockgate.providers import PROVIDERS
-from lockgate.providers.base import TransportOptions
+from lockgate.providers.base import CodecOptions, TransportOptions
 from lockgate.providers.openai.transport import OpenAITransport
 from lockgate.providers.responses.codec import ResponsesCodec
 from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
@@ -1281,6 +1283,70 @@ def test_an_error_after_completed_in_one_chunk_runs_nothing(cli: CLI, tmp_path: 
         result = cli("run", "--base-url", server.base_url, "--allow-execution", key=KEY)
     failed_as(result, "lifecycle")
     assert "after the terminal event" in result.out
+
+
+def completed_then_later(extra: dict[str, Any]) -> Turn:
+    """A valid edit and `response.completed`, then `extra` in a LATER read (audit 3, L1)."""
+    builder = ResponseBuilder("resp_after").created().call("fc_1", "call_1", "edit", EDIT)
+    frames = [*builder.completed().events, extra]
+    # One read per frame: the client must read on past the terminal event to see `extra`.
+    sizes = tuple(len(sse_bytes(frame)) for frame in frames)
+    return Turn(events=tuple(frames), faults=Faults(fragment_sizes=sizes))
+
+
+@pytest.mark.parametrize("extra", list(AFTER_TERMINAL.values()), ids=list(AFTER_TERMINAL))
+async def test_an_event_in_a_later_read_after_the_terminal_event_fails(
+    extra: dict[str, Any],
+) -> None:
+    client, transport, _ = replay_client([completed_then_later(extra)])
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    assert caught.value.kind is FailureKind.LIFECYCLE
+    assert "after the terminal event" in caught.value.message
+    assert transport.streams[0].closed
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+async def test_every_provider_reads_to_the_end_of_the_body(provider: str) -> None:
+    """After each protocol's terminal event, a text event in a later read fails the
+    response; without it the same stream is a decision."""
+    entry = PROVIDERS[provider]
+    lab = entry.lab()
+    reply = Reply("resp_tail", (Say("Done."),))
+    late = lab.events(Reply("resp_late", (Say("late"),), ending="open"))[-1]
+    for tail, accepted in (((), True), ((late,), False)):
+        frames = [*lab.events(reply), *tail]
+        sizes = tuple(len(lab.frame(frame)) for frame in frames)
+        turn = Turn(events=tuple(frames), faults=Faults(fragment_sizes=sizes))
+        client = StreamingModelClient(
+            entry.make_codec(CodecOptions("m")), ReplayTransport([turn], provider)
+        )
+        if accepted:
+            assert (await client.complete(HISTORY, ALL_TOOLS)).content == "Done."
+            continue
+        with pytest.raises(ResponseFailure) as caught:
+            await client.complete(HISTORY, ALL_TOOLS)
+        assert caught.value.kind is FailureKind.LIFECYCLE, caught.value
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+async def test_a_body_that_ends_inside_an_event_was_cut(provider: str) -> None:
+    """Audit 3, L2: a complete reply, then the body ends cleanly inside a frame: a pending
+    partial frame at the end of the body is evidence of a cut, for every protocol (Chat
+    without [DONE] included, whose end of body is otherwise its end marker)."""
+    entry = PROVIDERS[provider]
+    lab = entry.lab()
+    frames = [f for f in lab.events(Reply("resp_cut", (Call("call_1", "edit", EDIT),))) if f != {
+        "raw": "data: [DONE]\n\n"
+    }]
+    turn = Turn(events=(*frames, {"raw": 'data: {"type": "x", "cut'}))
+    client = StreamingModelClient(
+        entry.make_codec(CodecOptions("m")), ReplayTransport([turn], provider)
+    )
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    assert caught.value.kind is FailureKind.STREAM_ENDED
+    assert "ended inside an SSE event" in caught.value.message
 
 
 # --- 15. a function call the provider marks incomplete ---------------------------------------

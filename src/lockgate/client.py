@@ -5,8 +5,9 @@ any content arrived). Once content of a response has arrived, every failure fail
 response without a second request. One silence limit applies from the request onwards
 (waiting for the response head included), one deadline bounds the whole response, the
 stream is closed on success, failure and cancellation, and a failure to close prevents
-dispatch. Every byte already received is examined: an event after the terminal event fails
-the response even when it arrived in the same read.
+dispatch. The body is read to its end before anything is released: an event after the
+terminal event fails the response, whichever read it arrives in, and a body that ends inside
+an event was cut.
 """
 
 from __future__ import annotations
@@ -277,6 +278,9 @@ class StreamingModelClient:
         decoder = self.codec.new_decoder()
         decision: Decision | None = None
         clock = asyncio.get_running_loop().time
+        # The body is read to its end, within the silence limit and the deadline: a
+        # decision is released only once the body has ended cleanly after it, and any
+        # event after the terminal event fails the response, whichever read it came in.
         async for chunk in stream:
             watchdog.touch()
             # A huge read (a decompressed flood) is framed a slice at a time, so that the
@@ -284,9 +288,12 @@ class StreamingModelClient:
             pieces = (chunk,) if len(chunk) <= READ_SLICE_BYTES else _slices(chunk)
             for piece in pieces:
                 decision = _advance(sse.feed(piece), decoder, gate, decision, clock, deadline_at)
-            if decision is not None:
-                return decision
         decision = _advance(sse.finish(), decoder, gate, decision, clock, deadline_at)
+        if sse.cut:
+            raise ResponseFailure(
+                FailureKind.STREAM_ENDED,
+                "the body ended inside an SSE event (the stream was cut); nothing executed",
+            )
         for event in decoder.end_of_stream():
             decision = gate.accept(event) or decision
         if decision is not None:

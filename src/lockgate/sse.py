@@ -35,7 +35,7 @@ class SSEDecoder:
     (`\n\n`). The unfinished frame is the only thing retained, and its size is the bound.
     """
 
-    __slots__ = ("_max", "_partial", "_pending_cr")
+    __slots__ = ("_max", "_partial", "_pending_cr", "cut")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         if max_event_bytes <= 0:
@@ -43,6 +43,7 @@ class SSEDecoder:
         self._max = max_event_bytes
         self._partial = bytearray()  # the unfinished frame
         self._pending_cr = False  # the last chunk ended in CR: maybe half of a CRLF
+        self.cut = False  # `finish` found the body ending inside an event
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Accept the next bytes; return the events they completed."""
@@ -93,10 +94,14 @@ class SSEDecoder:
     def finish(self) -> list[ServerSentEvent]:
         """End of stream. A CR held back as a possible half of CRLF ends its line; an
         event without its closing blank line is incomplete and is discarded (as the SSE
-        specification says)."""
+        specification says), and `cut` then tells that the body ended inside it: evidence
+        that the stream was cut, never a clean end."""
         events = []
-        if self._pending_cr and self._partial.endswith(_LF):
-            events = _events([bytes(self._partial[:-1])])
+        partial = bytes(self._partial)
+        if self._pending_cr and partial.endswith(_LF):
+            events = _events([partial[:-1]])
+            partial = b""
+        self.cut = any(line and line[0] != 58 for line in partial.split(_LF))  # not ':'
         self._partial = bytearray()
         self._pending_cr = False
         return events

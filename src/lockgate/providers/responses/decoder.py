@@ -43,7 +43,7 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
-from ..fields import CONTENT_BEGAN, NOTHING, provider_error_message
+from ..fields import AFTER_END, CONTENT_BEGAN, NOTHING, provider_error_message
 from ..fields import malformed as _malformed
 from ..fields import object_field as _object
 from ..fields import optional_string_field as _optional_string
@@ -65,6 +65,9 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
 )
 
 
+_TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
+
+
 def _response_id(response: dict[str, Any]) -> str:
     return _optional_string(response.get("id"), "response.id")
 
@@ -72,10 +75,11 @@ def _response_id(response: dict[str, Any]) -> str:
 class ResponsesDecoder:
     """Maps one Responses stream's events to normalized events."""
 
-    __slots__ = ("_handlers", "_incomplete_calls", "_started")
+    __slots__ = ("_ended", "_handlers", "_incomplete_calls", "_started")
 
     def __init__(self) -> None:
         self._started = False
+        self._ended = False  # a terminal event was decoded
         self._incomplete_calls: list[str] = []  # calls whose item.done said `incomplete`
         self._handlers: dict[str, Callable[[dict[str, Any]], Sequence[StreamEvent]]] = {
             "response.output_text.delta": self._text_delta,
@@ -109,9 +113,13 @@ class ResponsesDecoder:
             raise _malformed("event has no string 'type'")
         if event.event is not None and event.event != kind:
             raise _malformed(f"SSE event name {event.event!r} disagrees with type {kind!r}")
+        if self._ended:
+            return AFTER_END  # whatever it is, the gate refuses it after the terminal event
         handler = self._handlers.get(kind)
         if handler is None:
             return NOTHING  # unknown types and per-item `.done` events are progress
+        if kind in _TERMINAL:
+            self._ended = True
         return handler(payload)
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
