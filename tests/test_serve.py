@@ -215,3 +215,144 @@ def test_readme_script_example_is_a_valid_script() -> None:
     assert [turn.status for turn in turns] == [429, 200, 200]
     assert turns[1].connection_error
     assert turns[2].faults.line_ending == "crlf"
+
+
+# --- audit 3: requests that are not a protocol's request (L7, L8) ---------------------------
+
+
+async def _raw_exchange(port: int, request: bytes) -> bytes:
+    """Send raw bytes, half-close, and read the whole answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    if writer.can_write_eof():
+        writer.write_eof()
+    try:
+        return await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+
+
+def _post(body: bytes, *, extra: bytes = b"") -> bytes:
+    head = b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    return head + extra + b"content-length: %d\r\n\r\n" % len(body) + body
+
+
+BAD_REQUESTS = {
+    "deep-nesting": (_post(b"[" * 100_000 + b"]" * 100_000), "not a JSON object"),
+    "deep-object": (_post(b'{"a":' * 5_000 + b"1" + b"}" * 5_000), "not a JSON object"),
+    "not-json": (_post(b"hello"), "not a JSON object"),
+    "a-list": (_post(b"[]"), "not a JSON object"),
+    "stream-yes": (_post(b'{"stream": "yes"}'), "'stream' must be true or false"),
+    "two-lengths": (_post(b"{}", extra=b"content-length: 2\r\n"), "more than one content-length"),
+    "http-0.9": (b"GET /\r\n", "not an HTTP/1.x request line"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_REQUESTS))
+async def test_a_request_that_is_no_protocol_request_gets_400_a_log_line_and_no_turn(
+    name: str,
+) -> None:
+    request, reason = BAD_REQUESTS[name]
+    logged: list[str] = []
+    turns = [ResponseBuilder("resp_ok").created().text("m", "ok").completed().turn()]
+    async with serve_script(turns, log=logged.append) as server:
+        answer = await _raw_exchange(server.port, request)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:80]
+        assert b"x-should-retry: false" in answer
+        assert reason.encode() in answer
+        assert any(reason in line and "no turn consumed" in line for line in logged), logged
+        assert server.answered == 0  # the turn is still there for a real request
+        client = openai.AsyncOpenAI(api_key="sk-test-serve", base_url=server.base_url)
+        try:
+            async with client.responses.stream(model="m", input="hi") as stream:
+                final = await stream.get_final_response()
+        finally:
+            await client.close()
+        assert final.output_text == "ok"
+
+
+# --- audit 3: a fault stays a fault when the client does not ask for a stream -----------------
+
+NON_STREAMING_FAULTS = ["disconnect", "clean-eof", "reset-mid-stream", "provider-error", "stall"]
+
+
+@pytest.mark.parametrize("scenario_name", NON_STREAMING_FAULTS)
+async def test_chat_without_a_stream_keeps_the_fault(scenario_name: str) -> None:
+    from lockgate.lab.scenarios import SCENARIOS_BY_NAME
+
+    turns = SCENARIOS_BY_NAME[scenario_name].turns()
+    async with serve_script(turns, provider="chat") as server:
+        client = openai.AsyncOpenAI(
+            api_key="sk-test-serve", base_url=server.base_url, max_retries=0, timeout=2.0
+        )
+        try:
+            with pytest.raises(openai.APIError):
+                for _ in turns:  # every turn of the scenario, as a client would ask them
+                    reply = await client.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": "fix it"}]
+                    )
+                    choice = reply.choices[0]
+                    # A complete answer is only ever what the turn completes honestly.
+                    assert not (choice.finish_reason == "stop" and choice.message.tool_calls)
+        finally:
+            await client.close()
+
+
+@pytest.mark.parametrize("scenario_name", NON_STREAMING_FAULTS)
+async def test_anthropic_without_a_stream_keeps_the_fault(scenario_name: str) -> None:
+    import anthropic
+
+    from lockgate.lab.scenarios import SCENARIOS_BY_NAME
+
+    turns = SCENARIOS_BY_NAME[scenario_name].turns()
+    async with serve_script(turns, provider="anthropic") as server:
+        client = anthropic.AsyncAnthropic(
+            api_key="sk-test-serve", base_url=server.base_url, max_retries=0, timeout=2.0
+        )
+        try:
+            with pytest.raises(anthropic.APIError):
+                for _ in turns:
+                    message = await client.messages.create(
+                        model="m", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+                    )
+                    assert message.stop_reason is not None  # a real message always has one
+        finally:
+            await client.close()
+
+
+async def test_a_complete_reply_without_a_stream_states_its_stop_reason() -> None:
+    import anthropic
+
+    from lockgate.lab.scenarios import repair_turns
+
+    turns = repair_turns()
+    async with serve_script(turns, provider="anthropic") as server:
+        client = anthropic.AsyncAnthropic(
+            api_key="sk-test-serve", base_url=server.base_url, max_retries=0
+        )
+        try:
+            first = await client.messages.create(
+                model="m", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+            )
+        finally:
+            await client.close()
+    assert first.stop_reason == "tool_use"
+
+
+@pytest.mark.parametrize("scenario_name", NON_STREAMING_FAULTS)
+async def test_responses_without_a_stream_keeps_the_fault(scenario_name: str) -> None:
+    from lockgate.lab.scenarios import SCENARIOS_BY_NAME
+
+    turns = SCENARIOS_BY_NAME[scenario_name].turns()
+    async with serve_script(turns, provider="responses") as server:
+        client = openai.AsyncOpenAI(
+            api_key="sk-test-serve", base_url=server.base_url, max_retries=0, timeout=2.0
+        )
+        try:
+            with pytest.raises(openai.APIError):
+                for _ in turns:
+                    response = await client.responses.create(model="m", input="fix it")
+                    assert response.status == "completed"
+        finally:
+            await client.close()

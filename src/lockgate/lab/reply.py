@@ -143,7 +143,7 @@ def argument_pieces(text: str, pieces: int, *, cut: bool = False) -> list[str]:
 
 
 ErrorKind = Literal[
-    "auth", "quota", "rate_limit", "overloaded", "server", "unavailable", "exhausted"
+    "auth", "quota", "rate_limit", "overloaded", "server", "unavailable", "exhausted", "invalid"
 ]
 
 

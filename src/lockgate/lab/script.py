@@ -21,6 +21,7 @@ from ..jsonlimits import too_deep
 from .protocol import Frame, LabProtocol
 from .reply import (
     LAB_MODEL,
+    Broken,
     Call,
     Ending,
     OpeningError,
@@ -213,6 +214,44 @@ def body_actions(turn: Turn, protocol: LabProtocol) -> Iterator[Action]:
         yield from send(b"data: [DONE]\n\n")
     if faults.end == "hang":
         yield Hang()
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """How a turn answers a request that did not ask for a stream (`stream: false`): the
+    same reply and the same fault, told in a whole-body answer. A fault stays a fault:
+    `drop` resets the connection, `hang` goes silent until the client leaves, `cut` sends
+    only part of the announced body, `malformed` a body that is not JSON, `status` the
+    protocol's HTTP error for an in-stream error or failure; otherwise the reply's JSON
+    (`protocol.completion`), after `delay` seconds (a stall)."""
+
+    outcome: Literal["json", "drop", "hang", "cut", "malformed", "status"]
+    delay: float = 0.0
+
+
+def json_answer(turn: Turn) -> JsonAnswer:
+    """What a reply turn answers without a stream (see `JsonAnswer`)."""
+    faults = turn.faults
+    reply = turn.reply
+    if reply is None:
+        raise ValueError("only a reply turn has a non-streaming answer")
+    delay = faults.stall_seconds if faults.stall_after is not None else 0.0
+    if (
+        faults.reset_after is not None
+        or faults.giant_frame_bytes is not None
+        or faults.endless is not None
+    ):
+        return JsonAnswer("drop", delay)
+    if any(isinstance(part, Broken) for part in reply.sent_parts):
+        return JsonAnswer("malformed", delay)
+    if reply.ending in ("error", "failed"):
+        return JsonAnswer("status", delay)
+    if reply.ending == "open":
+        # No terminal event: the stream just stops; a body that stops short says the same.
+        return JsonAnswer("hang" if faults.end == "hang" else "cut", delay)
+    if faults.end == "hang":
+        return JsonAnswer("hang", delay)
+    return JsonAnswer("json", delay)
 
 
 # --- the JSON script format ----------------------------------------------------------------
@@ -414,6 +453,7 @@ __all__ = [
     "Action",
     "Faults",
     "Hang",
+    "JsonAnswer",
     "Pause",
     "Reset",
     "Script",
@@ -421,5 +461,6 @@ __all__ = [
     "Turn",
     "body_actions",
     "fragments",
+    "json_answer",
     "load_script",
 ]

@@ -5,10 +5,11 @@ an HTTP error with its body and headers, a dropped connection, or a chunked
 `text/event-stream` body whose faults are real at the byte and socket level (fragmentation
 inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with RST, frames that
 never end). A request that does not ask for a stream gets the protocol's JSON response for
-the same reply. Any other method or path is answered 404/405, logged, and consumes no turn.
-A script that runs out answers 400 with `x-should-retry: false`, which no SDK retries. It
-records what each request carried (never the credential itself) and whether the client
-closed early.
+the same reply, with the same fault (`script.json_answer`: a fault stays a fault). Any other
+method or path is answered 404/405, logged, and consumes no turn; so is a request that is not
+well-formed HTTP/1.1 with a JSON object body (400, logged). A script that runs out answers 400
+with `x-should-retry: false`, which no SDK retries. It records what each request carried
+(never the credential itself) and whether the client closed early.
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from ..jsonlimits import parse_json
 from .protocol import LabProtocol
 from .reply import OpeningError
-from .script import Hang, Pause, Reset, Turn, body_actions
+from .script import Hang, Pause, Reset, Turn, body_actions, json_answer
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
+MAX_REQUEST_DEPTH = 64  # JSON nesting of a request body
+
+
+class BadRequest(Exception):
+    """A request this server cannot take: answered 400, logged, no turn consumed."""
 
 
 @dataclass(slots=True)
@@ -118,9 +125,13 @@ class ScriptedServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await _read_request(reader)
-            if request is None:
-                await _send_json(writer, 400, {"error": {"message": "bad request"}}, {})
+            try:
+                request = await _read_request(reader)
+            except BadRequest as exc:
+                if self.log is not None:
+                    self.log(f"bad request: {exc}; answered 400 (no turn consumed)")
+                body = self.protocol.error_body(OpeningError(400, "invalid", f"bad request: {exc}"))
+                await _send_json(writer, 400, body, {"x-should-retry": "false"})
                 return
             self.requests.append(request)
             if request.path.split("?", 1)[0] != self.protocol.path:
@@ -136,6 +147,20 @@ class ScriptedServer:
                 self._stray(request)
                 message = f"method not allowed: this server answers POST {self.protocol.path}"
                 await _send_json(writer, 405, {"error": {"message": message}}, {"allow": "POST"})
+                return
+            problem = self._body_problem(request.body)
+            if problem is not None:
+                request.consumed_turn = False
+                request.outcome = "HTTP 400 (bad request body)"
+                if self.log is not None:
+                    self.log(
+                        f"{request.method} {request.path}: {problem}; answered 400 "
+                        "(no turn consumed)"
+                    )
+                error = OpeningError(400, "invalid", f"bad request: {problem}")
+                await _send_json(
+                    writer, 400, self.protocol.error_body(error), {"x-should-retry": "false"}
+                )
                 return
             turn = self.turns.pop(0) if self.turns else None
             if turn is None:
@@ -164,10 +189,7 @@ class ScriptedServer:
                     only = OpeningError(400, "exhausted", "this scripted turn only streams")
                     await _send_json(writer, 400, self.protocol.error_body(only), {})
                 else:
-                    request.outcome = "json"
-                    await _send_json(
-                        writer, 200, self.protocol.completion(turn.reply), turn.headers
-                    )
+                    await self._answer_json(reader, writer, turn, request)
             else:
                 request.outcome = "stream"
                 finished = await self._stream(reader, writer, turn, request.timeline)
@@ -181,6 +203,57 @@ class ScriptedServer:
             writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
+
+    @staticmethod
+    def _body_problem(body: Any) -> str | None:
+        """Why a POST body cannot be a request of any protocol lockgate speaks, or None."""
+        if type(body) is not dict:
+            return "the body is not a JSON object"
+        if "stream" in body and type(body["stream"]) is not bool:
+            return "'stream' must be true or false"
+        return None
+
+    async def _answer_json(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        turn: Turn,
+        request: RecordedRequest,
+    ) -> None:
+        """A reply turn asked without a stream: the same reply and the same fault."""
+        assert turn.reply is not None
+        plan = json_answer(turn)
+        request.outcome = f"json ({plan.outcome})" if plan.outcome != "json" else "json"
+        client_gone = asyncio.ensure_future(reader.read())
+        try:
+            if plan.delay:
+                request.timeline.append((time.monotonic(), "stall"))
+                await asyncio.wait({client_gone}, timeout=plan.delay)
+                if client_gone.done():
+                    request.client_closed_early = True
+                    return
+            if plan.outcome == "drop":
+                _reset(writer)
+            elif plan.outcome == "hang":
+                request.timeline.append((time.monotonic(), "hang"))
+                self.paused.set()
+                await client_gone
+                request.client_closed_early = True
+            elif plan.outcome == "status":
+                reply = turn.reply
+                error = OpeningError(500, "server", reply.error_message)
+                await _send_json(writer, 500, self.protocol.error_body(error), {})
+            elif plan.outcome == "malformed":
+                await _send_bytes(writer, 200, b'{"id": "broken", "choices": [{"inde', {})
+            else:
+                payload = json.dumps(self.protocol.completion(turn.reply)).encode()
+                if plan.outcome == "cut":
+                    # The whole length is announced; half the body comes, then the end.
+                    await _send_bytes(writer, 200, payload, turn.headers, cut=len(payload) // 2)
+                else:
+                    await _send_bytes(writer, 200, payload, turn.headers)
+        finally:
+            client_gone.cancel()
 
     async def _stream(
         self,
@@ -236,38 +309,59 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest | None:
-    head = await reader.readuntil(b"\r\n\r\n")
-    if len(head) > MAX_HEAD_BYTES:
-        return None
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3:
-        return None
+async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest:
+    """One HTTP/1.1 request; BadRequest for anything else (an HTTP/0.9 line, a head over
+    the cap, a bad or repeated `content-length`, a body over the cap or nested too deep)."""
+    line = await _head_line(reader)
+    parts = line.decode("latin-1").rstrip("\r\n").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise BadRequest("not an HTTP/1.x request line")
     method, path, _ = parts
+    size = len(line)
     headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if ":" in line:
-            name, value = line.split(":", 1)
-            headers[name.strip().lower()] = value.strip()
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError:
-        return None
-    if not 0 <= length <= MAX_REQUEST_BYTES:
-        return None
+    lengths: list[str] = []
+    while (header_line := await _head_line(reader)) != b"\r\n":
+        size += len(header_line)
+        if size > MAX_HEAD_BYTES:
+            raise BadRequest(f"the request head is over {MAX_HEAD_BYTES} bytes")
+        name, colon, value = header_line.decode("latin-1").partition(":")
+        if colon:
+            name = name.strip().lower()
+            if name == "content-length":
+                lengths.append(value.strip())
+            headers[name] = value.strip()
+    if len(lengths) > 1:
+        raise BadRequest("more than one content-length header")
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        raise BadRequest("chunked request bodies are not supported; send content-length")
+    text = lengths[0] if lengths else "0"
+    if not text.isdigit():
+        raise BadRequest(f"content-length {text!r} is not a number of bytes")
+    length = int(text)
+    if length > MAX_REQUEST_BYTES:
+        raise BadRequest(f"the body is over {MAX_REQUEST_BYTES} bytes")
     raw = await reader.readexactly(length) if length else b""
     if "authorization" in headers:  # record that a credential came, never the credential
         scheme, space, _ = headers["authorization"].partition(" ")
         headers["authorization"] = f"{scheme} [redacted]" if space else "[redacted]"
-    for name in ("api-key", "x-api-key"):
+    for name in ("api-key", "x-api-key", "x-goog-api-key"):
         if name in headers:
             headers[name] = "[redacted]"
-    try:
-        body: Any = json.loads(raw) if raw else None
-    except ValueError:
-        body = raw.decode("utf-8", "replace")
+    body: Any = None
+    if raw:
+        try:
+            body = parse_json(raw.decode("utf-8"), MAX_REQUEST_DEPTH)
+        except (UnicodeDecodeError, ValueError):
+            body = raw.decode("utf-8", "replace")  # not JSON: the request is refused later
     return RecordedRequest(method, path, headers, body)
+
+
+async def _head_line(reader: asyncio.StreamReader) -> bytes:
+    """One CRLF-ended line of the request head (BadRequest when a line is too long)."""
+    try:
+        return await reader.readuntil(b"\r\n")
+    except asyncio.LimitOverrunError:
+        raise BadRequest(f"a request head line is over the {MAX_HEAD_BYTES}-byte limit") from None
 
 
 def _status_line(status: int) -> bytes:
@@ -281,12 +375,24 @@ def _status_line(status: int) -> bytes:
 async def _send_json(
     writer: asyncio.StreamWriter, status: int, body: object, headers: Mapping[str, str]
 ) -> None:
-    payload = json.dumps(body).encode()
+    await _send_bytes(writer, status, json.dumps(body).encode(), headers)
+
+
+async def _send_bytes(
+    writer: asyncio.StreamWriter,
+    status: int,
+    payload: bytes,
+    headers: Mapping[str, str],
+    *,
+    cut: int | None = None,
+) -> None:
+    """An `application/json` answer; `cut`: announce the whole payload but send only that
+    many bytes of it, then end the connection (a body that stops short)."""
     head = _status_line(status) + b"content-type: application/json\r\n"
     head += f"content-length: {len(payload)}\r\nconnection: close\r\n".encode()
     for name, value in headers.items():
         head += f"{name}: {value}\r\n".encode()
-    writer.write(head + b"\r\n" + payload)
+    writer.write(head + b"\r\n" + (payload if cut is None else payload[:cut]))
     await writer.drain()
 
 

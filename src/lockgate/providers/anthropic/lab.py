@@ -73,6 +73,7 @@ _ERROR_TYPES: dict[str, str] = {
     "server": "api_error",
     "unavailable": "api_error",
     "exhausted": "invalid_request_error",
+    "invalid": "invalid_request_error",
 }
 
 

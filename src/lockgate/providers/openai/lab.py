@@ -16,6 +16,7 @@ _ERRORS: dict[str, tuple[str, str]] = {
     "server": ("server_error", "server_error"),
     "unavailable": ("server_error", "server_error"),
     "exhausted": ("invalid_request_error", "script_exhausted"),
+    "invalid": ("invalid_request_error", "invalid_request"),
 }
 
 
