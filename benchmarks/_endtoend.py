@@ -237,7 +237,7 @@ class ProposedTransport:
         self.inner = inner
         self.direct = direct
 
-    async def open(self, request: Mapping[str, Any]) -> ByteStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> ByteStream:
         stream = await self.inner.open(request)
         response: httpx2.Response = stream._response  # type: ignore[attr-defined]
         if response.headers.get("content-encoding", "identity") != "identity":
@@ -255,7 +255,7 @@ class CountingTransport:
         self.inner = inner
         self.reads = 0
 
-    async def open(self, request: Mapping[str, Any]) -> ByteStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> ByteStream:
         return _Counted(await self.inner.open(request), self)
 
     async def aclose(self) -> None:

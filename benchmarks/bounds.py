@@ -323,7 +323,7 @@ class MemoryTransport:
     def __init__(self, make: Callable[[], MemoryStream]) -> None:
         self.make = make
 
-    async def open(self, request: Mapping[str, Any]) -> MemoryStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> MemoryStream:
         return self.make()
 
     async def aclose(self) -> None:

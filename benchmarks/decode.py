@@ -74,7 +74,7 @@ class MemoryTransport:
     def __init__(self, payload: bytes) -> None:
         self.payload = payload
 
-    async def open(self, request: Mapping[str, Any]) -> MemoryStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> MemoryStream:
         return MemoryStream(self.payload)
 
     async def aclose(self) -> None:

@@ -118,7 +118,7 @@ class FakeTransport:
         self.stream = stream
         self.opens = 0
 
-    async def open(self, request: Mapping[str, Any]) -> FakeStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> FakeStream:
         self.opens += 1
         return self.stream
 

@@ -126,7 +126,7 @@ class _Recorded:
         self._chunks = chunks
         self._classify = PROVIDERS[provider].classify_error
 
-    async def open(self, request: Mapping[str, Any]) -> _Body:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> _Body:
         status = int(self._recording["status"])
         if status >= 400:
             try:

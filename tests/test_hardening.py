@@ -1336,9 +1336,11 @@ async def test_a_body_that_ends_inside_an_event_was_cut(provider: str) -> None:
     without [DONE] included, whose end of body is otherwise its end marker)."""
     entry = PROVIDERS[provider]
     lab = entry.lab()
-    frames = [f for f in lab.events(Reply("resp_cut", (Call("call_1", "edit", EDIT),))) if f != {
-        "raw": "data: [DONE]\n\n"
-    }]
+    frames = [
+        f
+        for f in lab.events(Reply("resp_cut", (Call("call_1", "edit", EDIT),)))
+        if f != {"raw": "data: [DONE]\n\n"}
+    ]
     turn = Turn(events=(*frames, {"raw": 'data: {"type": "x", "cut'}))
     client = StreamingModelClient(
         entry.make_codec(CodecOptions("m")), ReplayTransport([turn], provider)
@@ -1818,7 +1820,7 @@ async def test_the_deadline_holds_while_one_read_carries_an_event_flood() -> Non
             return None
 
     class FloodTransport:
-        async def open(self, request: Any) -> Flood:
+        async def open(self, request: Any, *, attempt: int = 0) -> Flood:
             return Flood()
 
         async def aclose(self) -> None:

@@ -179,3 +179,48 @@ async def test_policy_attempts_are_the_limit() -> None:
     with pytest.raises(OpenFailure):
         await client.complete([Message("user", "go")], ALL_TOOLS)
     assert len(transport.requests) == 5
+
+
+@pytest.mark.parametrize("header", [{"retry-after": "0"}, {"retry-after-ms": "0"}])
+async def test_a_zero_server_wait_still_backs_off(header: dict[str, str]) -> None:
+    # Audit 3: `retry-after: 0` retried a 503 after 0.0 s; the backoff is the floor.
+    turns = [Turn(status=503, headers=header), Turn(status=503, headers=header), text_turn()]
+    client, _, recorder = replay_client(turns)
+    client.retry = RetryPolicy(base_delay=0.25, jitter=0)
+    await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert recorder.sleeps == [0.25, 0.5]
+
+
+async def test_a_server_wait_longer_than_the_backoff_is_kept() -> None:
+    turns = [Turn(status=503, headers={"retry-after": "2"}), text_turn()]
+    client, _, recorder = replay_client(turns)
+    client.retry = RetryPolicy(base_delay=0.25, jitter=0)
+    await client.complete([Message("user", "go")], ALL_TOOLS)
+    assert recorder.sleeps == [2.0]
+
+
+@pytest.mark.parametrize("provider", ["responses", "chat", "anthropic"])
+async def test_every_attempt_tells_the_server_its_retry_count(provider: str) -> None:
+    # Audit 3: every request said `x-stainless-retry-count: 0`, retries included.
+    from lockgate.client import StreamingModelClient
+    from lockgate.lab.reply import Reply, Say
+    from lockgate.lab.scenario import reply_turn
+    from lockgate.lab.server import serve_script
+    from lockgate.providers import PROVIDERS
+    from lockgate.providers.base import CodecOptions, TransportOptions
+
+    entry = PROVIDERS[provider]
+    turns = [Turn(status=503), Turn(connection_error=True), reply_turn(Reply("r", (Say("ok"),)))]
+    async with serve_script(turns, provider=provider) as server:
+        transport = entry.make_transport(
+            TransportOptions(api_key="sk-test-retry", base_url=server.base_url, trust_env=False)
+        )
+        client = StreamingModelClient(
+            entry.make_codec(CodecOptions("m")), transport, retry=RetryPolicy(base_delay=0)
+        )
+        try:
+            assert (await client.complete([Message("user", "go")], ALL_TOOLS)).content == "ok"
+        finally:
+            await client.aclose()
+        counts = [r.headers.get("x-stainless-retry-count") for r in server.requests]
+    assert counts == ["0", "1", "2"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import openai
@@ -277,48 +278,65 @@ async def test_a_request_that_is_no_protocol_request_gets_400_a_log_line_and_no_
 NON_STREAMING_FAULTS = ["disconnect", "clean-eof", "reset-mid-stream", "provider-error", "stall"]
 
 
-@pytest.mark.parametrize("scenario_name", NON_STREAMING_FAULTS)
-async def test_chat_without_a_stream_keeps_the_fault(scenario_name: str) -> None:
-    from lockgate.lab.scenarios import SCENARIOS_BY_NAME
-
-    turns = SCENARIOS_BY_NAME[scenario_name].turns()
-    async with serve_script(turns, provider="chat") as server:
-        client = openai.AsyncOpenAI(
-            api_key="sk-test-serve", base_url=server.base_url, max_retries=0, timeout=2.0
-        )
+async def _first_failure(ask: Callable[[], Awaitable[object]], turns: int) -> Exception:
+    """Ask once per scripted turn, as a client would; the first exception raised (the
+    fault), or an AssertionError naming every answer when none was."""
+    answers = []
+    for _ in range(turns):
         try:
-            with pytest.raises(openai.APIError):
-                for _ in turns:  # every turn of the scenario, as a client would ask them
-                    reply = await client.chat.completions.create(
-                        model="m", messages=[{"role": "user", "content": "fix it"}]
-                    )
-                    choice = reply.choices[0]
-                    # A complete answer is only ever what the turn completes honestly.
-                    assert not (choice.finish_reason == "stop" and choice.message.tool_calls)
-        finally:
-            await client.close()
+            answers.append(await ask())
+        except Exception as exc:
+            return exc
+    return AssertionError(f"every turn answered: {answers}")
+
+
+def _no_stop_with_calls(reply: Any) -> object:
+    choice = reply.choices[0]
+    assert not (choice.finish_reason == "stop" and choice.message.tool_calls), reply
+    return reply
 
 
 @pytest.mark.parametrize("scenario_name", NON_STREAMING_FAULTS)
-async def test_anthropic_without_a_stream_keeps_the_fault(scenario_name: str) -> None:
+@pytest.mark.parametrize("provider", ["chat", "responses", "anthropic"])
+async def test_without_a_stream_a_fault_stays_a_fault(scenario_name: str, provider: str) -> None:
     import anthropic
 
     from lockgate.lab.scenarios import SCENARIOS_BY_NAME
 
     turns = SCENARIOS_BY_NAME[scenario_name].turns()
-    async with serve_script(turns, provider="anthropic") as server:
-        client = anthropic.AsyncAnthropic(
-            api_key="sk-test-serve", base_url=server.base_url, max_retries=0, timeout=2.0
-        )
-        try:
-            with pytest.raises(anthropic.APIError):
-                for _ in turns:
-                    message = await client.messages.create(
-                        model="m", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+    options: dict[str, Any] = {"api_key": "sk-test-serve", "max_retries": 0, "timeout": 2.0}
+    async with serve_script(turns, provider=provider) as server:
+        if provider == "anthropic":
+            messages = anthropic.AsyncAnthropic(base_url=server.base_url, **options)
+
+            async def ask() -> object:
+                message = await messages.messages.create(
+                    model="m", max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+                )
+                assert message.stop_reason is not None, message  # a real message has one
+                return message
+
+            closing: Any = messages
+        else:
+            client = openai.AsyncOpenAI(base_url=server.base_url, **options)
+
+            async def ask() -> object:
+                if provider == "chat":
+                    return _no_stop_with_calls(
+                        await client.chat.completions.create(
+                            model="m", messages=[{"role": "user", "content": "fix it"}]
+                        )
                     )
-                    assert message.stop_reason is not None  # a real message always has one
+                response = await client.responses.create(model="m", input="fix it")
+                assert response.status == "completed", response
+                return response
+
+            closing = client
+        try:
+            failure = await _first_failure(ask, len(turns))
         finally:
-            await client.close()
+            await closing.close()
+    assert isinstance(failure, openai.APIError | anthropic.APIError), failure
 
 
 async def test_a_complete_reply_without_a_stream_states_its_stop_reason() -> None:
@@ -338,21 +356,3 @@ async def test_a_complete_reply_without_a_stream_states_its_stop_reason() -> Non
         finally:
             await client.close()
     assert first.stop_reason == "tool_use"
-
-
-@pytest.mark.parametrize("scenario_name", NON_STREAMING_FAULTS)
-async def test_responses_without_a_stream_keeps_the_fault(scenario_name: str) -> None:
-    from lockgate.lab.scenarios import SCENARIOS_BY_NAME
-
-    turns = SCENARIOS_BY_NAME[scenario_name].turns()
-    async with serve_script(turns, provider="responses") as server:
-        client = openai.AsyncOpenAI(
-            api_key="sk-test-serve", base_url=server.base_url, max_retries=0, timeout=2.0
-        )
-        try:
-            with pytest.raises(openai.APIError):
-                for _ in turns:
-                    response = await client.responses.create(model="m", input="fix it")
-                    assert response.status == "completed"
-        finally:
-            await client.close()

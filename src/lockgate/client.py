@@ -194,7 +194,7 @@ class StreamingModelClient:
         while True:
             attempt += 1
             try:
-                stream = await self._open(request, watchdog)
+                stream = await self._open(request, watchdog, attempt - 1)
                 return await self._consume(stream, gate, watchdog, deadline_at)
             except OpenFailure as failure:
                 if not failure.retryable or attempt >= attempts:
@@ -205,11 +205,13 @@ class StreamingModelClient:
                 await self.sleep(delay)
                 gate.reset()
 
-    async def _open(self, request: dict[str, object], watchdog: _Watchdog) -> ByteStream:
+    async def _open(
+        self, request: dict[str, object], watchdog: _Watchdog, retries: int
+    ) -> ByteStream:
         self.opening_attempts += 1
         watchdog.arm()
         try:
-            return await self.transport.open(request)
+            return await self.transport.open(request, attempt=retries)
         except asyncio.CancelledError:
             if watchdog.absorb():
                 raise OpenFailure(
@@ -220,11 +222,12 @@ class StreamingModelClient:
             raise
 
     def _delay(self, failure: OpenFailure, attempt: int) -> float:
-        """The server's instruction wins; a wait beyond the policy's maximum fails now
-        rather than retrying early."""
+        """The server's instruction is the least wait (the backoff is the floor under it); a
+        wait beyond the policy's maximum fails now rather than retrying early."""
+        backoff = self.retry.backoff(attempt, self.rng)
         wanted = failure.retry_after
         if wanted is None:
-            return self.retry.backoff(attempt, self.rng)
+            return backoff
         if wanted > self.retry.max_delay:
             raise OpenFailure(
                 f"the server asked to wait {wanted:g} s before retrying, longer than the "
@@ -234,7 +237,9 @@ class StreamingModelClient:
                 kind=FailureKind.RETRY_WAIT_TOO_LONG,
                 retry_after=wanted,
             ) from None
-        return wanted
+        # The server's wait is the least wait: never shorter than the backoff, so that a
+        # `retry-after: 0` does not turn the retries into a burst.
+        return max(wanted, backoff)
 
     async def _consume(
         self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog, deadline_at: float

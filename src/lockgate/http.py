@@ -250,7 +250,7 @@ class SDKTransport:
             ),
         )
 
-    async def open(self, request: Mapping[str, Any]) -> RawStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> RawStream:
         if self._closed:
             raise OpenFailure("the transport is closed; no request made", retryable=False)
         try:
@@ -259,6 +259,8 @@ class SDKTransport:
                 self._path,
                 cast_to=httpx2.Response,
                 content=encode_body(request),
+                # The SDK would say 0 on every attempt: lockgate, the retry owner, knows.
+                options={"headers": {"x-stainless-retry-count": str(attempt)}},
                 stream=True,
                 stream_cls=self._sdk.stream,
             )

@@ -28,8 +28,10 @@ class ByteStream(Protocol):
 class Transport(Protocol):
     """Opens one streaming request. Raises OpenFailure (retryable or not) before any byte of
     the response body arrived; owns its connections and closes them in `aclose`. After
-    `aclose`, `open` raises a non-retryable OpenFailure."""
+    `aclose`, `open` raises a non-retryable OpenFailure. `attempt` counts the retries before
+    this opening (0 for the first), so that a transport can tell the server (the SDKs'
+    `x-stainless-retry-count`)."""
 
-    async def open(self, request: Mapping[str, Any]) -> ByteStream: ...
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> ByteStream: ...
 
     async def aclose(self) -> None: ...

@@ -52,10 +52,10 @@ class InstrumentedTransport:
         self.opens = 0
         self.streams: list[TrackedStream] = []
 
-    async def open(self, request: Mapping[str, Any]) -> ByteStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> ByteStream:
         index = self.opens
         self.opens += 1
-        inner = await self._inner.open(request)
+        inner = await self._inner.open(request, attempt=attempt)
         fails = index in self._fails
         stream = TrackedStream(inner, close_fails=fails)
         self.streams.append(stream)
@@ -97,7 +97,7 @@ class ReplayTransport:
         self.streams: list[ScriptedStream] = []
         self.paused = asyncio.Event()  # set when a stream goes silent (`end="hang"`)
 
-    async def open(self, request: Mapping[str, Any]) -> ScriptedStream:
+    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> ScriptedStream:
         self.requests.append(request)
         if not self._turns:
             raise OpenFailure("replay script exhausted: no turn for this request", retryable=False)

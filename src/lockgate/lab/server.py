@@ -157,9 +157,9 @@ class ScriptedServer:
                         f"{request.method} {request.path}: {problem}; answered 400 "
                         "(no turn consumed)"
                     )
-                error = OpeningError(400, "invalid", f"bad request: {problem}")
+                invalid = OpeningError(400, "invalid", f"bad request: {problem}")
                 await _send_json(
-                    writer, 400, self.protocol.error_body(error), {"x-should-retry": "false"}
+                    writer, 400, self.protocol.error_body(invalid), {"x-should-retry": "false"}
                 )
                 return
             turn = self.turns.pop(0) if self.turns else None
