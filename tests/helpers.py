@@ -11,7 +11,8 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from lockgate.client import StreamingModelClient
@@ -25,6 +26,27 @@ from lockgate.providers.responses.codec import ResponsesCodec
 from lockgate.providers.responses.lab import ResponseBuilder
 
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    *,
+    alive: Callable[[], object] | None = None,
+    limit: float = 60.0,
+    interval: float = 0.001,
+) -> None:
+    """Poll `condition` until it holds. This is a guard against a hang, never a measure of
+    speed: the limit is far beyond any wait a working program takes, and running out of it
+    raises TimeoutError("never happened: WHAT"). `alive` (if given) must keep holding while
+    waiting (e.g. the process is still running), else AssertionError."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if alive is not None:
+            assert alive(), f"stopped before this happened: {what}"
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"never happened: {what}")
+        time.sleep(interval)
 
 
 def edit_turn(response_id: str = "resp_1") -> Turn:

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from lockgate.lab.scenarios import EDIT_FIX, cancellation_turns
 from lockgate.lab.script import Faults, Turn
 from lockgate.providers.responses.lab import ResponseBuilder
 
-from .helpers import ServerThread, ends_with_file_and_usage
+from .helpers import ServerThread, ends_with_file_and_usage, wait_until
 
 FAKE_KEY = "sk-lockgate-HOSTILE-5e1d"
 RSS_LIMIT_MIB = 150
@@ -119,16 +118,11 @@ def test_sigint_during_a_stream_stops_cleanly() -> None:
             env=env,
         )
         assert server.server is not None
-        waited = time.monotonic()
-        while not server.server.paused.is_set():
-            assert time.monotonic() - waited < 30, "the stream never went silent"
-            time.sleep(0.02)
+        wait_until(server.server.paused.is_set, "the stream went silent", interval=0.02)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=30)
-        waited = time.monotonic()
-        while not server.server.requests[0].client_closed_early:
-            assert time.monotonic() - waited < 10, "the connection was not closed"
-            time.sleep(0.02)
+        requests = server.server.requests
+        wait_until(lambda: requests[0].client_closed_early, "the connection closed")
     assert process.returncode == 130, stderr
     assert "stopped: interrupted" in stdout
     assert "executed tools: 0" in stdout
