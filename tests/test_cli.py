@@ -238,3 +238,35 @@ def test_lab_json_summary_has_one_line_per_run() -> None:
     assert [(r["scenario"], r["provider"]) for r in records] == [(s.name, p) for s, p, _ in runs]
     assert all(r["as_expected"] and r["problems"] == [] for r in records)
     assert {r["transport"] for r in records} == {"inprocess"}
+
+
+def test_lab_list_names_every_scenario_once_with_its_protocols() -> None:
+    from lockgate.lab.scenarios import SCENARIOS
+
+    result = run_lockgate("lab", "--list", "--json")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["name"] for r in records] == [s.name for s in SCENARIOS]
+    assert all(r["event"] == "scenario" and r["summary"] and r["expected"] for r in records)
+    human = run_lockgate("lab", "--list", "--provider", "chat")
+    lines = human.stdout.splitlines()
+    assert lines[-1] == f"{len(lines) - 1} scenarios"
+    assert all(not line.split()[0].startswith(("anthropic-", "responses-")) for line in lines[:-1])
+
+
+def test_serve_list_shows_what_one_protocol_can_serve() -> None:
+    result = run_lockgate("serve", "--provider", "anthropic", "--list", "--json")
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert records and all("anthropic" in r["protocols"] for r in records)
+    assert {"repair", "anthropic-pause-turn"} <= {r["name"] for r in records}
+    assert run_lockgate("serve", "--scenario", "repair", "--json").returncode == 2
+
+
+@pytest.mark.parametrize("name", ["PATH", "HOME", "LC_ALL", "LOCKGATE_RETRY_ATTEMPTS", "A B", ""])
+def test_api_key_env_refuses_system_variables_and_non_names(name: str) -> None:
+    # Audit 3, L9: `--api-key-env PATH` sent the value of PATH as the bearer token.
+    result = run_lockgate("run", "--api-key-env", name, key="sk-test-not-used")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "--api-key-env" in result.stderr

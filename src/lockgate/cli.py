@@ -129,6 +129,41 @@ def _text(what: str) -> Callable[[str], str]:
     return parse
 
 
+# Variables that hold the system's own settings, never an API key: naming one with
+# `--api-key-env` would send its value as the credential (and remove it from the
+# environment of every tool the run starts).
+_SYSTEM_VARIABLES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "LANG",
+        "LANGUAGE", "TMPDIR", "TMP", "TEMP", "TZ", "DISPLAY", "EDITOR", "VISUAL", "PAGER",
+        "MAIL", "HOSTNAME", "SHLVL", "IFS", "CDPATH", "MANPATH", "LD_LIBRARY_PATH",
+        "LD_PRELOAD", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+        "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+    }
+)  # fmt: skip
+_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_")
+
+
+def _key_variable(text: str) -> str:
+    """An environment variable name that can hold a key: `[A-Za-z_][A-Za-z0-9_]*`, and not
+    one of the system's own variables."""
+    if (
+        not text
+        or not (text[0].isalpha() or text[0] == "_")
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in text)
+    ):
+        raise argparse.ArgumentTypeError(
+            "must be an environment variable name (letters, digits and '_')"
+        )
+    upper = text.upper()
+    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
+        raise argparse.ArgumentTypeError(
+            f"{text} is a system variable, not an API key: its value would be sent as the "
+            "credential"
+        )
+    return text
+
+
 def _loopback_host(text: str) -> str:
     from .lab.server import check_loopback
 
@@ -183,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--api-key-env",
-        type=_text("--api-key-env"),
+        type=_key_variable,
         metavar="NAME",
         help="read the key from this variable (default: the provider's, e.g. OPENAI_API_KEY)",
     )
@@ -286,6 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lab.add_argument("--scenario", metavar="NAME", help="run one scenario with its full trace")
     lab.add_argument(
+        "--list", action="store_true", help="list the scenarios (one line each) and exit"
+    )
+    lab.add_argument(
         "--transport",
         choices=["inprocess", "http", "both"],
         default="both",
@@ -304,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     source = serve.add_mutually_exclusive_group(required=True)
     source.add_argument("--scenario", metavar="NAME", help="serve a lab scenario's turns")
     source.add_argument("--script", type=_script_path, metavar="FILE", help="serve a JSON script")
+    source.add_argument(
+        "--list", action="store_true", help="list the scenarios it can serve and exit"
+    )
+    serve.add_argument("--json", action="store_true", help="with --list: JSON lines")
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
     return parser
@@ -646,12 +688,51 @@ def _scenario(name: str) -> Scenario:
     return scenario
 
 
+def _list_scenarios(providers: Sequence[str], json_lines: bool) -> int:
+    """One line per scenario that runs on any of `providers`: its name, the protocols it
+    runs on, the transports, what it must show, and what it plays."""
+    from .display import JsonLinesDisplay
+    from .lab.scenarios import SCENARIOS
+
+    chosen = [s for s in SCENARIOS if any(s.runs_on(provider) for provider in providers)]
+    if json_lines:
+        lines = JsonLinesDisplay(sys.stdout)
+        for scenario in chosen:
+            lines.emit(
+                {
+                    "event": "scenario",
+                    "name": scenario.name,
+                    "protocols": sorted(scenario.protocols or _provider_names()),
+                    "transports": sorted(scenario.transports),
+                    "expected": scenario.expect.outcome,
+                    "summary": scenario.summary,
+                }
+            )
+        return EXIT_OK
+    width = max(len(scenario.name) for scenario in chosen)
+    for scenario in chosen:
+        protocols = "all" if scenario.protocols is None else ",".join(sorted(scenario.protocols))
+        http = " (http only)" if scenario.transports == frozenset({"http"}) else ""
+        print(
+            f"{scenario.name:<{width}}  {protocols:<9}  {scenario.expect.outcome:<19}  "
+            f"{scenario.summary}{http}"
+        )
+    print(f"{len(chosen)} scenarios")
+    return EXIT_OK
+
+
 async def _lab(args: argparse.Namespace) -> int:
     from .credentials import Redactor
     from .display import JsonLinesDisplay
     from .lab.runner import lab_runs, run_scenario
     from .session import SessionOutcome
 
+    if args.list:
+        if args.scenario is not None:
+            raise UsageError("--list lists every scenario; leave out --scenario")
+        return _list_scenarios(
+            _provider_names() if args.provider == "all" else [args.provider], args.json
+        )
     with _temporary_directory("lockgate-lab-"):
         pass  # every run needs one: a missing temporary directory is said once, up front
     providers = _provider_names() if args.provider == "all" else [args.provider]
@@ -720,6 +801,10 @@ async def _serve(args: argparse.Namespace) -> int:
     from .providers import DEFAULT_PROVIDER
 
     provider: str = args.provider or DEFAULT_PROVIDER
+    if args.list:
+        return _list_scenarios([provider], args.json)
+    if args.json:
+        raise UsageError("--json only goes with --list here (serve logs plain lines)")
     if args.script is not None:
         try:
             with args.script.open("rb") as handle:
