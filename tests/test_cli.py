@@ -258,7 +258,8 @@ def test_serve_list_shows_what_one_protocol_can_serve() -> None:
     result = run_lockgate("serve", "--provider", "anthropic", "--list", "--json")
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
-    assert records and all("anthropic" in r["protocols"] for r in records)
+    assert records
+    assert all("anthropic" in r["protocols"] for r in records)
     assert {"repair", "anthropic-pause-turn"} <= {r["name"] for r in records}
     assert run_lockgate("serve", "--scenario", "repair", "--json").returncode == 2
 
