@@ -679,6 +679,34 @@ def _missing_stop_turns() -> list[Turn]:
     return [builder.finish("tool_use", message_stop=False).turn()]
 
 
+def _data_only_frames_turns() -> list[Turn]:
+    # Frames without an `event:` line, which the official SDK never reads: a message_delta
+    # that would contradict the tool_use, an argument fragment, a second message_stop.
+    builder = MessageBuilder("msg_data_only").start().text("Editing.")
+    builder.tool_use("call_1", "edit", EDIT_FIX)
+    contradicting = {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}}
+    builder.raw(f"data: {json.dumps(contradicting)}\n\n")
+    fragment = {"type": "input_json_delta", "partial_json": ', "path": "README.md"'}
+    builder.raw(
+        f"data: {json.dumps({'type': 'content_block_delta', 'index': 1, 'delta': fragment})}\n\n"
+    )
+    builder.finish("tool_use")
+    return [builder.turn(), text_turn("msg_data_only_2", "Fixed.")]
+
+
+def _stop_reason_changed_turns() -> list[Turn]:
+    builder = MessageBuilder("msg_two_reasons").start().tool_use("call_1", "edit", EDIT_FIX)
+    builder.finish("tool_use", message_stop=False).finish("end_turn")
+    return [builder.turn()]
+
+
+def _message_delta_first_turns() -> list[Turn]:
+    # A message_delta before the blocks it describes.
+    builder = MessageBuilder("msg_delta_first").start().finish("tool_use", message_stop=False)
+    builder.tool_use("call_1", "edit", EDIT_FIX).emit({"type": "message_stop"})
+    return [builder.turn()]
+
+
 def _empty_input_turns() -> list[Turn]:
     builder = MessageBuilder("msg_empty_input").start()
     block = {"type": "tool_use", "id": "call_1", "name": "discover", "input": {}}
@@ -840,6 +868,25 @@ ANTHROPIC_SCENARIOS: tuple[Scenario, ...] = own(
         "message_delta tool_use, then the body ends without message_stop",
         failure(FailureKind.STREAM_ENDED, closed_early=0),
         _missing_stop_turns,
+    ),
+    Scenario(
+        "anthropic-data-only-frames",
+        "frames without an event: line (a contradicting message_delta, an argument "
+        "fragment): skipped, as the SDK skips them; the call runs as streamed",
+        finished(2, 1, fixed=True),
+        _data_only_frames_turns,
+    ),
+    Scenario(
+        "anthropic-stop-reason-changed",
+        "message_delta tool_use, then a second message_delta end_turn: not silently replaced",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        _stop_reason_changed_turns,
+    ),
+    Scenario(
+        "anthropic-message-delta-first",
+        "a message_delta before the blocks it describes",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        _message_delta_first_turns,
     ),
     Scenario(
         "anthropic-empty-input",
