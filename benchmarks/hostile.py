@@ -13,8 +13,11 @@ the same command on a small successful run measured here too:
   stall:              silence mid-arguments with `--idle-timeout 2`: the time from the
                       server's last byte until the client closed (the server's own clock).
 
-It exits 1 if any peak exceeds `RSS_LIMIT_MIB` or any shape did not fail as it should.
-Run: `python3 dev.py bench` or `.venv/bin/python benchmarks/hostile.py [--repeats N]`.
+Every shape is measured for every protocol (`--provider` picks one), with each protocol's own
+SDK transport and its own rendering of the streamed shapes. It exits 1 if any peak exceeds
+`RSS_LIMIT_MIB` or any shape did not fail as it should.
+Run: `python3 dev.py bench` or `.venv/bin/python benchmarks/hostile.py [--repeats N]
+[--provider P]`.
 
 The raw loopback servers (`RawServer` and its handlers) are shared with the tests.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -38,10 +42,11 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+from lockgate.lab.reply import Call, Reply, Say
 from lockgate.lab.scenarios import EDIT_FIX
 from lockgate.lab.script import Faults, Turn
 from lockgate.lab.server import ServerThread
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers import PROVIDERS
 
 KEY = "sk-benchmark-not-a-secret"
 RSS_LIMIT_MIB = 200.0
@@ -88,15 +93,18 @@ def run_cli(
     key: str | None = KEY,
     env: dict[str, str] | None = None,
     timeout: float = 120.0,
+    provider: str = "responses",
 ) -> Measured:
-    """One `lockgate run --base-url URL --allow-execution EXTRA` in a subprocess: its exit
-    code, output, peak RSS (MiB, the kernel's accounting of that process alone) and wall
-    time. Killed after `timeout` (exit code -9 then)."""
-    environment = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    """One `lockgate run --provider PROVIDER --base-url URL --allow-execution EXTRA` in a
+    subprocess: its exit code, output, peak RSS (MiB, the kernel's accounting of that
+    process alone) and wall time. Killed after `timeout` (exit code -9 then)."""
+    variable = PROVIDERS[provider].key_variable
+    environment = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", variable)}
     if key is not None:
-        environment["OPENAI_API_KEY"] = key
+        environment[variable] = key
     environment.update(env or {})
-    command = [sys.executable, "-m", "lockgate", "run", "--base-url", base_url]
+    command = [sys.executable, "-m", "lockgate", "run", "--provider", provider]
+    command += ["--base-url", base_url]
     with (
         tempfile.TemporaryFile("w+b") as out,
         tempfile.TemporaryFile("w+b") as err,
@@ -174,6 +182,10 @@ class RawServer:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    def base_url_for(self, provider: str) -> str:
+        """The base URL as `provider`'s SDK takes it (every path gets the same answer)."""
+        return PROVIDERS[provider].lab().base_url(f"http://127.0.0.1:{self.port}")
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -352,9 +364,10 @@ def raw_server(make: Callable[[RawServer], Handler] | None = None) -> RawServer:
 # --- the shapes ----------------------------------------------------------------------------
 
 
-def partial_edit() -> ResponseBuilder:
-    builder = ResponseBuilder("resp_bench").created().text("msg", "Editing.")
-    return builder.call("fc_1", "call_1", "edit", EDIT_FIX, finish=False)
+def partial_edit(faults: Faults) -> Turn:
+    """Text, then an edit cut off mid-arguments, with no terminal event: any protocol."""
+    reply = Reply("resp_bench", (Say("Editing."), Call("call_1", "edit", EDIT_FIX, cut=True)))
+    return Turn(reply=dataclasses.replace(reply, ending="open"), faults=faults)
 
 
 @dataclass
@@ -369,9 +382,9 @@ class Figure:
 FAST_RETRY = ("--retry-base-delay", "0.05")
 
 
-def _scripted(turns: Sequence[Turn], *extra: str) -> tuple[Measured, ServerThread]:
-    with ServerThread(turns) as running:
-        result = run_cli(running.base_url, *extra)
+def _scripted(provider: str, turns: Sequence[Turn], *extra: str) -> tuple[Measured, ServerThread]:
+    with ServerThread(turns, provider=provider) as running:
+        result = run_cli(running.base_url, *extra, provider=provider)
     return result, running
 
 
@@ -379,26 +392,25 @@ def _failed(result: Measured, kind: str) -> bool:
     return result.exit_code == 1 and f"stopped: provider_failure ({kind}" in result.stdout
 
 
-def baseline() -> Figure:
-    turn = ResponseBuilder("resp_ok").created().text("msg", "The bug is in add.").completed()
-    result, _ = _scripted([turn.turn()])
+def baseline(provider: str) -> Figure:
+    turn = Turn(reply=Reply("resp_ok", (Say("The bug is in add."),)))
+    result, _ = _scripted(provider, [turn])
     return Figure(
         "small successful run", result.peak_rss_mib, result.seconds, result.exit_code == 0
     )
 
 
-def giant_frame() -> Figure:
+def giant_frame(provider: str) -> Figure:
     faults = Faults(giant_frame_bytes=GIB, fragment_sizes=(65536,))
-    result, _ = _scripted([partial_edit().turn(faults=faults)])
+    result, _ = _scripted(provider, [partial_edit(faults)])
     return Figure(
         "1 GiB frame", result.peak_rss_mib, result.seconds, _failed(result, "bound_exceeded")
     )
 
 
-def endless_events() -> Figure:
-    result, _ = _scripted(
-        [partial_edit().turn(faults=Faults(endless="unknown"))], "--deadline", "3"
-    )
+def endless_events(provider: str) -> Figure:
+    turn = partial_edit(Faults(endless="unknown"))
+    result, _ = _scripted(provider, [turn], "--deadline", "3")
     return Figure(
         "endless small events, --deadline 3",
         result.peak_rss_mib,
@@ -407,28 +419,30 @@ def endless_events() -> Figure:
     )
 
 
-def _raw(make: Callable[[RawServer], Handler], *extra: str) -> tuple[Measured, RawServer]:
+def _raw(
+    provider: str, make: Callable[[RawServer], Handler], *extra: str
+) -> tuple[Measured, RawServer]:
     with raw_server(make) as server:
-        result = run_cli(server.base_url, *extra)
+        result = run_cli(server.base_url_for(provider), *extra, provider=provider)
     return result, server
 
 
-def huge_error_body() -> Figure:
-    result, server = _raw(error_body(500, GIB), *FAST_RETRY)
+def huge_error_body(provider: str) -> Figure:
+    result, server = _raw(provider, error_body(500, GIB), *FAST_RETRY)
     ok = _failed(result, "opening: HTTP 500") and len(server.requests) == 3
     note = f"{len(server.requests)} requests, server wrote {server.sent / MIB:.1f} MiB"
     return Figure("1 GiB error body (HTTP 500)", result.peak_rss_mib, result.seconds, ok, note)
 
 
-def gzip_bomb_error() -> Figure:
-    result, server = _raw(gzip_bomb_body(500), *FAST_RETRY)
+def gzip_bomb_error(provider: str) -> Figure:
+    result, server = _raw(provider, gzip_bomb_body(500), *FAST_RETRY)
     ok = _failed(result, "opening: HTTP 500") and len(server.requests) == 3
     note = f"{len(server.requests)} requests, {len(gzip_bomb()) / 1e6:.2f} MB inflating to 1 GiB"
     return Figure("gzip bomb error body (HTTP 500)", result.peak_rss_mib, result.seconds, ok, note)
 
 
-def flood(one_line: bool) -> Figure:
-    result, server = _raw(header_flood(100 * MIB, one_line=one_line), *FAST_RETRY)
+def flood(one_line: bool, provider: str) -> Figure:
+    result, server = _raw(provider, header_flood(100 * MIB, one_line=one_line), *FAST_RETRY)
     what = "one 100 MiB header line" if one_line else "100 MiB of header lines"
     note = f"server wrote {server.sent / MIB:.1f} MiB of head in {len(server.requests)} requests"
     return Figure(
@@ -440,9 +454,9 @@ def flood(one_line: bool) -> Figure:
     )
 
 
-def stall() -> Figure:
-    turn = partial_edit().turn(faults=Faults(stall_after=4, stall_seconds=60))
-    result, running = _scripted([turn], "--idle-timeout", "2")
+def stall(provider: str) -> Figure:
+    turn = partial_edit(Faults(stall_after=4, stall_seconds=60))
+    result, running = _scripted(provider, [turn], "--idle-timeout", "2")
     assert running.server is not None
     timeline = {label: at for at, label in running.server.requests[0].timeline}
     waited = timeline.get("client closed", float("nan")) - timeline.get("stall", float("nan"))
@@ -455,7 +469,7 @@ def stall() -> Figure:
     )
 
 
-SHAPES: tuple[Callable[[], Figure], ...] = (
+SHAPES: tuple[Callable[[str], Figure], ...] = (
     giant_frame,
     endless_events,
     huge_error_body,
@@ -480,34 +494,49 @@ def _median(figures: list[Figure]) -> Figure:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=3, help="runs per shape (median)")
+    parser.add_argument(
+        "--provider",
+        choices=[*PROVIDERS, "all"],
+        default="all",
+        help="the protocols to measure (default all)",
+    )
     args = parser.parse_args(argv)
     repeats = max(1, args.repeats)
-    base = _median([baseline() for _ in range(repeats)])
+    providers = list(PROVIDERS) if args.provider == "all" else [args.provider]
+    failures = []
+    for provider in providers:
+        failures += _measure(provider, repeats)
+    if failures:
+        print(f"hostile: not as expected: {', '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _measure(provider: str, repeats: int) -> list[str]:
+    """Every shape against `provider`'s CLI; the shapes that were not as expected."""
+    base = _median([baseline(provider) for _ in range(repeats)])
     print(
-        f"{base.shape}: peak RSS {base.peak_rss_mib:.1f} MiB, {base.seconds:.2f} s"
-        f" (medians of {repeats} runs; times are the process's wall time unless noted;"
-        f" limit {RSS_LIMIT_MIB:.0f} MiB)",
+        f"\n== {provider} ==\n{base.shape}: peak RSS {base.peak_rss_mib:.1f} MiB, "
+        f"{base.seconds:.2f} s (medians of {repeats} runs; times are the process's wall time "
+        f"unless noted; limit {RSS_LIMIT_MIB:.0f} MiB)",
         flush=True,
     )
-    failures = [] if base.ok else [base.shape]
+    failures = [] if base.ok else [f"{provider}: {base.shape}"]
     for shape in SHAPES:
-        figure = _median([shape() for _ in range(repeats)])
+        figure = _median([shape(provider) for _ in range(repeats)])
         ratio = figure.peak_rss_mib / base.peak_rss_mib
         verdict = "ok" if figure.ok else "NOT AS EXPECTED"
         if figure.peak_rss_mib > RSS_LIMIT_MIB:
             verdict = f"OVER {RSS_LIMIT_MIB:.0f} MiB"
         if verdict != "ok":
-            failures.append(figure.shape)
+            failures.append(f"{provider}: {figure.shape}")
         note = f"; {figure.note}" if figure.note else ""
         print(
             f"{figure.shape}: peak RSS {figure.peak_rss_mib:.1f} MiB ({ratio:.2f}x baseline), "
             f"failed after {figure.seconds:.2f} s: {verdict}{note}",
             flush=True,
         )
-    if failures:
-        print(f"hostile: not as expected: {', '.join(failures)}", file=sys.stderr)
-        return 1
-    return 0
+    return failures
 
 
 if __name__ == "__main__":
