@@ -141,7 +141,7 @@ _SYSTEM_VARIABLES = frozenset(
         "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
     }
 )  # fmt: skip
-_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_")
+_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_RETRY_")
 
 
 def _key_variable(text: str) -> str:
