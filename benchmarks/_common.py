@@ -25,14 +25,14 @@ import openai
 
 from benchmarks._streams import StreamSpec
 from lockgate.client import StreamingModelClient
+from lockgate.codec import StreamDecoder
 from lockgate.conversation import Message
 from lockgate.events import Observer, ignore_event
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import Decision, ResponseGate
-from lockgate.providers import PROVIDERS, CodecOptions, TransportOptions
-from lockgate.providers.base import HttpBackend, StreamDecoder
+from lockgate.providers import PROVIDERS, CodecOptions
 from lockgate.sse import ServerSentEvent
-from lockgate.transport import Transport
+from lockgate.transport import HttpBackend, Transport, TransportOptions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY = "sk-benchmark-not-a-secret"

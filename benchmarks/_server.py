@@ -2,7 +2,7 @@
 never counted): `python benchmarks/_server.py` prints `PORT` on stdout and serves until its
 stdin closes (the parent exited) or it gets SIGTERM.
 
-The bytes are the lab renderers' own native frames (`PROVIDERS[p].lab().frame(event)` of
+The bytes are the lab renderers' own native frames (`PROVIDERS[p].render().frame(event)` of
 `.events(Reply)`), rendered once per stream shape. The first path segment of each request
 selects what is sent (`_streams.StreamSpec.name`), e.g.
 `POST /responses.chunks.1500.500.50.20/v1/responses`:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from lockgate.lab.reply import Call, Part, Reply, Say
 from lockgate.providers import PROVIDERS
+from lockgate.scripted.reply import Call, Part, Reply, Say
 
 PROTOCOLS = ("responses", "chat", "anthropic")
 SHAPES = ("chunks", "bulk", "paced", "tiny")
@@ -81,7 +81,7 @@ def reply(spec: StreamSpec) -> Reply:
 
 def stream_frames(spec: StreamSpec) -> list[bytes]:
     """The native SSE frames of the spec's stream, one per event."""
-    lab = PROVIDERS[spec.protocol].lab()
+    lab = PROVIDERS[spec.protocol].render()
     frames = [lab.frame(event) for event in lab.events(reply(spec))]
     if spec.protocol == "chat" and frames[-1] != b"data: [DONE]\n\n":
         frames.append(b"data: [DONE]\n\n")  # as OpenAI ends a Chat stream

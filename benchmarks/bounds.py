@@ -56,8 +56,8 @@ from lockgate.events import (
 )
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import GateLimits, ResponseGate
-from lockgate.lab.reply import Call, Reply, Say
 from lockgate.providers import PROVIDERS, CodecOptions
+from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.sse import ServerSentEvent, SSEDecoder
 
 LIMITS = GateLimits()
@@ -120,7 +120,7 @@ def bound_reply(calls: int = CALLS) -> Reply:
 def delta_frames(protocol: str, calls: int = CALLS) -> tuple[list[bytes], list[bytes]]:
     """The protocol's frames of `bound_reply`, split into (everything up to the last
     delta, the terminal rest)."""
-    lab = PROVIDERS[protocol].lab()
+    lab = PROVIDERS[protocol].render()
     frames = [lab.frame(event) for event in lab.events(bound_reply(calls))]
     markers = (b"delta", b'"tool_calls"', b'"content":"x"')
     last = max(i for i, frame in enumerate(frames) if any(m in frame for m in markers))
@@ -331,7 +331,7 @@ class MemoryTransport:
 
 
 def responses_frames(text_pieces: int) -> list[bytes]:
-    lab = PROVIDERS["responses"].lab()
+    lab = PROVIDERS["responses"].render()
     reply = Reply("resp_watch", (Say("w" * text_pieces, text_pieces),))
     return [lab.frame(event) for event in lab.events(reply)]
 

@@ -31,7 +31,7 @@ from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.fixture import ALL_TOOLS
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
+from lockgate.providers.responses.render import ResponseBuilder, sse_bytes
 
 CHUNK_BYTES = 16 * 1024
 TEXT_DELTAS = 20_000

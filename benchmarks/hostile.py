@@ -42,11 +42,11 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from lockgate.lab.reply import Call, Reply, Say
 from lockgate.lab.scenarios import EDIT_FIX
-from lockgate.lab.script import Faults, Turn
 from lockgate.lab.server import ServerThread
 from lockgate.providers import PROVIDERS
+from lockgate.scripted.reply import Call, Reply, Say
+from lockgate.scripted.script import Faults, Turn
 
 KEY = "sk-benchmark-not-a-secret"
 RSS_LIMIT_MIB = 200.0
@@ -185,7 +185,7 @@ class RawServer:
 
     def base_url_for(self, provider: str) -> str:
         """The base URL as `provider`'s SDK takes it (every path gets the same answer)."""
-        return PROVIDERS[provider].lab().base_url(f"http://127.0.0.1:{self.port}")
+        return PROVIDERS[provider].render().base_url(f"http://127.0.0.1:{self.port}")
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import lockgate.cli as cli_module
+import lockgate.cli.process as cli_process
 from lockgate import interrupts
 
 
@@ -18,7 +18,7 @@ def in_process_main(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     signal handlers and unraisable hook and makes the process non-dumpable once it read a
     key. Keep this process's own: no dumpability change, no interrupt recorded earlier, and
     the handlers and hook put back afterwards."""
-    monkeypatch.setattr(cli_module, "_protect_process_memory", lambda: None)
+    monkeypatch.setattr(cli_process, "protect_process_memory", lambda: None)
     monkeypatch.setattr(interrupts, "arrived", [])
     handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     unraisable = sys.unraisablehook

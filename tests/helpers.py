@@ -18,12 +18,12 @@ from typing import Any
 from lockgate.client import StreamingModelClient
 from lockgate.events import Event
 from lockgate.lab.replay import ReplayTransport
-from lockgate.lab.script import Turn
 from lockgate.lab.server import ServerThread
-from lockgate.providers.base import TransportOptions
 from lockgate.providers.openai.transport import OpenAITransport
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers.responses.render import ResponseBuilder
+from lockgate.scripted.script import Turn
+from lockgate.transport import TransportOptions
 
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
 

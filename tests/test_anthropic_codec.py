@@ -13,7 +13,9 @@ from lockgate.conversation import CallPart, Message, NativeItem, TextPart, ToolC
 from lockgate.fixture import ALL_TOOLS, DISCOVER
 from lockgate.providers.anthropic import DEFAULT_MODEL, PROVIDER
 from lockgate.providers.anthropic.codec import AnthropicCodec, encode_messages
+from lockgate.providers.anthropic.options import AnthropicOptions
 from lockgate.providers.base import CodecOptions
+from lockgate.providers.responses.options import ResponsesOptions
 
 MODEL = "claude-test"
 PRODUCER = f"anthropic:{MODEL}"
@@ -275,7 +277,11 @@ def test_thinking_budget_below_the_api_minimum_is_refused(budget: int) -> None:
 
 def test_codec_from_options_and_the_registry_entry() -> None:
     codec = PROVIDER.make_codec(
-        CodecOptions("claude-x", max_output_tokens=100, thinking_budget=2000)
+        CodecOptions(
+            "claude-x",
+            max_output_tokens=100,
+            provider_options=AnthropicOptions(thinking_budget=2000),
+        )
     )
     assert isinstance(codec, AnthropicCodec)
     assert codec.producer == "anthropic:claude-x"
@@ -283,7 +289,9 @@ def test_codec_from_options_and_the_registry_entry() -> None:
     assert PROVIDER.name == "anthropic"
     assert PROVIDER.key_variable == "ANTHROPIC_API_KEY"
     assert PROVIDER.base_url_hint == "https://api.anthropic.com"
-    assert PROVIDER.options == frozenset({"thinking_budget"})
+    assert PROVIDER.options is AnthropicOptions
+    with pytest.raises(ValueError, match="ResponsesOptions are not AnthropicOptions"):
+        PROVIDER.make_codec(CodecOptions("claude-x", provider_options=ResponsesOptions()))
     assert PROVIDER.default_model == DEFAULT_MODEL
     with pytest.raises(ValueError, match="model"):
         AnthropicCodec("")

@@ -34,14 +34,14 @@ from lockgate.events import (
 )
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import Decision, InvalidBatch, ResponseGate
-from lockgate.lab.reply import Call, ProviderTool, Reply, ReplyUsage, Say, Think
-from lockgate.lab.script import fragments
 from lockgate.providers.anthropic.decoder import AnthropicDecoder, normalize_usage
-from lockgate.providers.anthropic.lab import AnthropicLab, MessageBuilder
+from lockgate.providers.anthropic.render import AnthropicRenderer, MessageBuilder
+from lockgate.scripted.reply import Call, ProviderTool, Reply, ReplyUsage, Say, Think
+from lockgate.scripted.script import fragments
 from lockgate.sse import ServerSentEvent, SSEDecoder
 
 EDIT = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
-LAB = AnthropicLab()
+LAB = AnthropicRenderer()
 
 
 def body(events: Sequence[Mapping[str, Any]]) -> bytes:

@@ -12,21 +12,21 @@ import anthropic
 import pytest
 
 from lockgate.errors import FailureKind
-from lockgate.lab.reply import Call, OpeningError, ProviderTool, Refuse, Reply, Say, Think
-from lockgate.lab.scenario import Observation
 from lockgate.lab.scenarios import NEUTRAL_SCENARIOS, SCENARIOS
 from lockgate.providers.anthropic.errors import classify_anthropic_failure
-from lockgate.providers.anthropic.lab import (
-    ANTHROPIC_SCENARIOS,
-    AnthropicLab,
+from lockgate.providers.anthropic.render import AnthropicRenderer
+from lockgate.providers.anthropic.scenarios import SCENARIOS as ANTHROPIC_SCENARIOS
+from lockgate.providers.anthropic.scenarios import (
     check_interleaved,
     check_pause,
     check_thinking_replay,
 )
+from lockgate.scripted.reply import Call, OpeningError, ProviderTool, Refuse, Reply, Say, Think
+from lockgate.scripted.scenario import Observation
 
 from .helpers import serving_repair
 
-LAB = AnthropicLab()
+LAB = AnthropicRenderer()
 
 RUNS = [
     (scenario, kind)

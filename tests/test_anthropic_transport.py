@@ -18,12 +18,12 @@ from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
 from lockgate.http import encode_body
-from lockgate.lab.script import fragments
 from lockgate.providers.anthropic import PROVIDER
 from lockgate.providers.anthropic.codec import AnthropicCodec
-from lockgate.providers.anthropic.lab import MessageBuilder, sse_bytes
+from lockgate.providers.anthropic.render import MessageBuilder, sse_bytes
 from lockgate.providers.anthropic.transport import AnthropicTransport
-from lockgate.providers.base import TransportOptions
+from lockgate.scripted.script import fragments
+from lockgate.transport import TransportOptions
 
 from .helpers import EDIT, Recorder
 

@@ -11,10 +11,10 @@ from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from lockgate.events import DecisionReady, ResponseFailed, Retrying
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import Faults, Turn
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
+from lockgate.providers.responses.render import ResponseBuilder, sse_bytes
 from lockgate.retry import RetryPolicy
+from lockgate.scripted.script import Faults, Turn
 
 from .helpers import EDIT, Recorder, edit_turn, replay_client, text_turn
 

@@ -270,7 +270,7 @@ def test_registry_entry() -> None:
         "gpt-4.1-mini",
     )
     assert PROVIDER.base_url_hint == "https://api.openai.com/v1"
-    assert PROVIDER.options == frozenset()
+    assert PROVIDER.options is None
     codec = PROVIDER.make_codec(CodecOptions("o3", max_output_tokens=99))
     assert isinstance(codec, ChatCodec)
     assert codec.producer == "chat:o3"

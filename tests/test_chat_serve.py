@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from lockgate.lab.scenario import text_turn
 from lockgate.lab.scenarios import FIXED_SOURCE, repair_turns
+from lockgate.scripted.scenario import text_turn
 
 from .helpers import ServerThread, ends_with_file_and_usage, run_lockgate, serving_repair
 

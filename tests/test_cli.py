@@ -12,7 +12,7 @@ from lockgate.fixture import CALCULATOR
 from lockgate.lab.runner import lab_runs
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, repair_turns
 from lockgate.providers import PROVIDERS
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers.responses.render import ResponseBuilder
 
 from .helpers import EDIT, ServerThread, ends_with_file_and_usage, run_lockgate
 
@@ -209,7 +209,7 @@ def test_run_turn_limit_exits_one() -> None:
 
 
 def test_run_http_error_is_one_line_without_retry() -> None:
-    from lockgate.lab.script import Turn
+    from lockgate.scripted.script import Turn
 
     unauthorized = Turn(
         status=401,

@@ -10,15 +10,15 @@ from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import Faults, Pause, Turn, body_actions
 from lockgate.lab.server import serve_script
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder, ResponsesLab
+from lockgate.providers.responses.render import ResponseBuilder, ResponsesRenderer
+from lockgate.scripted.script import Faults, Pause, Turn, body_actions
 
 from .helpers import EDIT, replay_client, responses_transport
 
 HISTORY = [Message("user", "go")]
-RESPONSES = ResponsesLab()
+RESPONSES = ResponsesRenderer()
 
 
 def stalled(seconds: float = 30.0) -> Turn:

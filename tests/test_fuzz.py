@@ -29,17 +29,18 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import lockgate.cli as cli_module
+import lockgate.cli.process as cli_process
 import lockgate.lab.runner as runner_module
 from lockgate.errors import ResponseFailure
 from lockgate.events import ignore_event
 from lockgate.fixture import ALL_TOOLS, CALCULATOR
 from lockgate.gate import ResponseGate
 from lockgate.lab.runner import LabResult
-from lockgate.lab.scenario import Scenario
 from lockgate.providers import PROVIDERS
 from lockgate.providers.base import CodecOptions
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers.responses.render import ResponseBuilder
 from lockgate.retry import RetryPolicy
+from lockgate.scripted.scenario import Scenario
 from lockgate.sse import ServerSentEvent, SSEDecoder
 
 EXIT_CODES = {0, 1, 2, 74, 130}
@@ -117,7 +118,7 @@ def _stop_soon() -> Iterator[asyncio.Event]:
 def offline_main(monkeypatch: pytest.MonkeyPatch, in_process_main: None) -> Any:
     for name in CLEARED:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(cli_module, "_interrupt_signal", _stop_soon)
+    monkeypatch.setattr(cli_process, "interrupt_signal", _stop_soon)
     monkeypatch.setattr(runner_module, "run_scenario", _fake_scenario_run)
 
     def call(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:

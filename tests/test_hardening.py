@@ -50,15 +50,16 @@ from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.events import ResponseFailed, Retrying
 from lockgate.fixture import ALL_TOOLS, CALCULATOR, FixtureTools, create_fixture
 from lockgate.lab.replay import ReplayTransport
-from lockgate.lab.reply import Call, Reply, Say
 from lockgate.lab.scenarios import FIXED_SOURCE, cancellation_turns, repair_turns
-from lockgate.lab.script import Faults, Turn
 from lockgate.lab.server import ServerThread, serve_script
 from lockgate.providers import PROVIDERS
-from lockgate.providers.base import CodecOptions, TransportOptions
+from lockgate.providers.base import CodecOptions
 from lockgate.providers.openai.transport import OpenAITransport
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
+from lockgate.providers.responses.render import ResponseBuilder, sse_bytes
+from lockgate.scripted.reply import Call, Reply, Say
+from lockgate.scripted.script import Faults, Turn
+from lockgate.transport import TransportOptions
 
 from .helpers import (
     EDIT,
@@ -1009,7 +1010,7 @@ async def test_a_failing_connection_is_one_log_line_never_a_traceback(
 
 
 def test_serve_refuses_a_script_over_the_size_cap(cli: CLI, tmp_path: Path) -> None:
-    from lockgate.lab.script import MAX_SCRIPT_BYTES
+    from lockgate.scripted.script import MAX_SCRIPT_BYTES
 
     script = tmp_path / "big.json"
     with script.open("wb") as handle:
@@ -1320,7 +1321,7 @@ async def test_every_provider_reads_to_the_end_of_the_body(provider: str) -> Non
     """After each protocol's terminal event, a text event in a later read fails the
     response; without it the same stream is a decision."""
     entry = PROVIDERS[provider]
-    lab = entry.lab()
+    lab = entry.render()
     reply = Reply("resp_tail", (Say("Done."),))
     late = lab.events(Reply("resp_late", (Say("late"),), ending="open"))[-1]
     for tail, accepted in (((), True), ((late,), False)):
@@ -1344,7 +1345,7 @@ async def test_a_body_that_ends_inside_an_event_was_cut(provider: str) -> None:
     partial frame at the end of the body is evidence of a cut, for every protocol (Chat
     without [DONE] included, whose end of body is otherwise its end marker)."""
     entry = PROVIDERS[provider]
-    lab = entry.lab()
+    lab = entry.render()
     frames = [
         f
         for f in lab.events(Reply("resp_cut", (Call("call_1", "edit", EDIT),)))
@@ -1599,11 +1600,11 @@ def test_the_scripted_server_never_records_a_credential(
 
 READ_KEY = textwrap.dedent(
     """
-    import argparse, ctypes, json, os, subprocess, sys
-    from lockgate.cli import _read_api_key
+    import ctypes, json, os, subprocess, sys
+    from lockgate.cli.process import read_api_key
     from lockgate.providers import provider
 
-    key = _read_api_key(provider("responses"), argparse.Namespace(api_key_env=None))
+    key = read_api_key(provider("responses"), None)
     child = subprocess.run(
         ["sh", "-c", "printf %s \\"${OPENAI_API_KEY-unset}\\""], capture_output=True, text=True
     )
@@ -1746,8 +1747,8 @@ def test_a_server_timestamp_never_crashes_the_classifier() -> None:
 async def test_a_classifier_failure_is_an_opening_failure_not_a_crash() -> None:
     import httpx2
 
-    from lockgate.http import SDKTransport
     from lockgate.providers.openai.transport import OPENAI_SDK
+    from lockgate.sdk import SDKTransport
 
     def explode(status: int, body: object, headers: object) -> Any:
         raise ValueError("a classifier bug")

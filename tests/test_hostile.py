@@ -19,8 +19,8 @@ from benchmarks.hostile import run_cli
 
 from lockgate.fixture import CALCULATOR
 from lockgate.lab.scenarios import EDIT_FIX, cancellation_turns
-from lockgate.lab.script import Faults, Turn
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers.responses.render import ResponseBuilder
+from lockgate.scripted.script import Faults, Turn
 
 from .helpers import ServerThread, ends_with_file_and_usage, wait_until
 

@@ -6,9 +6,9 @@ import pytest
 
 from lockgate.fixture import CALCULATOR
 from lockgate.lab.runner import LabTransport, lab_runs, run_scenario
-from lockgate.lab.scenario import Expectation, Scenario
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS_BY_NAME
 from lockgate.providers import PROVIDERS
+from lockgate.scripted.scenario import Expectation, Scenario
 
 REQUIRED_HTTP = {
     "reset-mid-stream",

@@ -41,8 +41,8 @@ from lockgate.events import (
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import GateLimits, ResponseGate
 from lockgate.jsonlimits import parse_event, parse_json
-from lockgate.lab.reply import Call, Reply, Say
 from lockgate.providers import PROVIDERS, CodecOptions
+from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.sse import ServerSentEvent, SSEDecoder
 
 LIMITS = GateLimits()
@@ -144,7 +144,7 @@ def test_each_pipeline_retains_at_most_twice_the_characters_it_holds(protocol: s
     """Text at its bound and two calls at theirs, all in 1-character deltas, one frame per
     chunk, measured before the terminal events; the response still completes."""
     text, calls, arguments = LIMITS.max_text_chars, 2, LIMITS.max_argument_chars
-    lab = PROVIDERS[protocol].lab()
+    lab = PROVIDERS[protocol].render()
     frames = [lab.frame(event) for event in lab.events(bound_reply(text, calls, arguments))]
     head, tail = split_at_last_delta(frames)
     codec = PROVIDERS[protocol].make_codec(CodecOptions(model="bounds-model"))

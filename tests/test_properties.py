@@ -20,9 +20,9 @@ from jsonschema import Draft202012Validator
 from lockgate.conversation import CallPart, Message, NativeItem, ToolCall
 from lockgate.errors import ResponseFailure
 from lockgate.fixture import ALL_TOOLS, FIXTURE_FILES
-from lockgate.lab.script import Faults, Turn
 from lockgate.loop import run_agent
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers.responses.render import ResponseBuilder
+from lockgate.scripted.script import Faults, Turn
 from lockgate.tools import ToolError
 
 from .helpers import replay_client

@@ -26,13 +26,13 @@ from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message, ToolCall
 from lockgate.errors import ResponseFailure
 from lockgate.fixture import ALL_TOOLS, FIXTURE_FILES
-from lockgate.lab.protocol import Frame
 from lockgate.lab.replay import ReplayTransport
-from lockgate.lab.reply import Call, Reply, Say, Think
-from lockgate.lab.script import Faults, Turn
 from lockgate.loop import run_agent
 from lockgate.providers import PROVIDERS
 from lockgate.providers.base import CodecOptions
+from lockgate.scripted.renderer import Frame
+from lockgate.scripted.reply import Call, Reply, Say, Think
+from lockgate.scripted.script import Faults, Turn
 from lockgate.tools import ToolError
 
 FRAGMENTATION_EXAMPLES = 150
@@ -99,7 +99,7 @@ def decide(turn: Turn, provider: str) -> Message | ResponseFailure:
 
 
 def _frames(reply: Reply, provider: str) -> list[Frame]:
-    return list(PROVIDERS[provider].lab().events(reply))
+    return list(PROVIDERS[provider].render().events(reply))
 
 
 @pytest.mark.parametrize("provider", PROTOCOLS)

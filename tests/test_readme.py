@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lockgate.lab.scenario import text_turn
 from lockgate.lab.scenarios import SCENARIOS
 from lockgate.providers import PROVIDERS
+from lockgate.scripted.scenario import text_turn
 
 from .helpers import ServerThread
 

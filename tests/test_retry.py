@@ -10,10 +10,10 @@ from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure
 from lockgate.events import Retrying
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import Turn
 from lockgate.providers.anthropic.errors import classify_anthropic_failure
 from lockgate.providers.openai.errors import classify_openai_failure
 from lockgate.retry import RetryPolicy, parse_go_duration, standard_wait
+from lockgate.scripted.script import Turn
 
 from .helpers import replay_client, text_turn
 
@@ -203,11 +203,12 @@ async def test_a_server_wait_longer_than_the_backoff_is_kept() -> None:
 async def test_every_attempt_tells_the_server_its_retry_count(provider: str) -> None:
     # Audit 3: every request said `x-stainless-retry-count: 0`, retries included.
     from lockgate.client import StreamingModelClient
-    from lockgate.lab.reply import Reply, Say
-    from lockgate.lab.scenario import reply_turn
     from lockgate.lab.server import serve_script
     from lockgate.providers import PROVIDERS
-    from lockgate.providers.base import CodecOptions, TransportOptions
+    from lockgate.providers.base import CodecOptions
+    from lockgate.scripted.reply import Reply, Say
+    from lockgate.scripted.scenario import reply_turn
+    from lockgate.transport import TransportOptions
 
     entry = PROVIDERS[provider]
     turns = [Turn(status=503), Turn(connection_error=True), reply_turn(Reply("r", (Say("ok"),)))]

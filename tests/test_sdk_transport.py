@@ -13,10 +13,10 @@ from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import FailureKind, OpenFailure, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
-from lockgate.lab.script import fragments
 from lockgate.providers.openai.transport import OpenAITransport
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder, sse_bytes
+from lockgate.providers.responses.render import ResponseBuilder, sse_bytes
+from lockgate.scripted.script import fragments
 
 from .helpers import EDIT, Recorder, responses_transport
 

@@ -8,8 +8,8 @@ import pytest
 
 from lockgate.cli import main
 from lockgate.lab.scenarios import SCENARIOS
-from lockgate.lab.script import Turn
 from lockgate.providers import PROVIDERS
+from lockgate.scripted.script import Turn
 
 from .helpers import ServerThread
 
@@ -109,8 +109,8 @@ def test_a_key_in_repr_form_is_redacted(
 ) -> None:
     # Audit 3, M2: the read tool's `unknown file '…'` observation and the invalid batch's
     # `tool '…' is not exposed` quote values with `!r` (the backslash doubled).
-    from lockgate.lab.reply import Call, Reply
-    from lockgate.lab.scenario import reply_turn
+    from lockgate.scripted.reply import Call, Reply
+    from lockgate.scripted.scenario import reply_turn
 
     turns = [
         reply_turn(Reply("resp_echo_1", (Call("call_1", "read", {"path": ESCAPING_KEY}),))),

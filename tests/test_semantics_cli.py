@@ -19,10 +19,11 @@ from lockgate.lab.scenarios import (
     recover_malformed_turns,
     usage_turns,
 )
-from lockgate.lab.script import Turn
 from lockgate.lab.server import serve_script
 from lockgate.providers.responses.codec import ResponsesCodec
-from lockgate.providers.responses.lab import ResponseBuilder, reasoning_replay_turns
+from lockgate.providers.responses.render import ResponseBuilder
+from lockgate.providers.responses.scenarios import reasoning_replay_turns
+from lockgate.scripted.script import Turn
 
 from .helpers import ServerThread, ends_with_file_and_usage, responses_transport, run_lockgate
 

@@ -13,9 +13,9 @@ import httpx2
 import openai
 import pytest
 
-from lockgate.lab.script import Faults, ScriptError, Turn, load_script
 from lockgate.lab.server import serve_script
-from lockgate.providers.responses.lab import ResponseBuilder
+from lockgate.providers.responses.render import ResponseBuilder
+from lockgate.scripted.script import Faults, ScriptError, Turn, load_script
 
 from .helpers import run_lockgate, serving_repair
 

@@ -33,7 +33,7 @@ _EXPORTS = {
     "PROVIDERS": "providers",
     "Provider": "providers",
     "CodecOptions": "providers",
-    "TransportOptions": "providers",
+    "TransportOptions": "transport",
     "Redactor": "credentials",
 }
 
@@ -68,9 +68,10 @@ if TYPE_CHECKING:
     from .errors import FailureKind, OpenFailure, ResponseFailure
     from .gate import GateLimits
     from .loop import run_agent
-    from .providers import PROVIDERS, CodecOptions, Provider, TransportOptions
+    from .providers import PROVIDERS, CodecOptions, Provider
     from .retry import RetryPolicy
     from .tools import ToolError, ToolExecutor
+    from .transport import TransportOptions
 
 
 def __getattr__(name: str) -> Any:

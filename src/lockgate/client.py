@@ -19,12 +19,12 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from .codec import ProviderCodec, StreamDecoder
 from .conversation import Message, ToolSpec
 from .credentials import Redactor
 from .errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
 from .events import DecisionReady, Observer, ResponseFailed, Retrying, ignore_event
 from .gate import Decision, GateLimits, ResponseGate
-from .providers.base import ProviderCodec, StreamDecoder
 from .retry import RetryPolicy, Sleep
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 from .transport import ByteStream, Transport, check_timeout

@@ -1,7 +1,8 @@
-"""The HTTP client lockgate hands every official SDK.
+"""The HTTP client every transport is given (an official SDK's, or lockgate's own).
 
-The SDKs own connections, auth, base URLs and status mapping; this module only decides how
-their HTTP client is built, the same way for every provider:
+The SDKs own connections, auth, base URLs and status mapping (`sdk.SDKTransport`); a
+provider without a suitable SDK uses this client directly. This module decides how the
+client is built, the same way for every provider:
 
 - no redirects: a provider request (instructions, history, file contents) is never re-sent
   to another origin;
@@ -25,55 +26,27 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import httpx2
 
-from .credentials import Redactor
-from .errors import OpenFailure, StreamInterrupted
+from .errors import StreamInterrupted
 from .transport import check_timeout
-
-if TYPE_CHECKING:
-    from .providers.base import ErrorClassifier, TransportOptions
 
 __all__ = [
     "ERROR_BODY_CAP_BYTES",
-    "SDK",
+    "STREAM_HEADERS",
     "RawStream",
-    "SDKTransport",
-    "base_url_problem",
     "bounded_client",
-    "check_timeout",
     "describe",
     "encode_body",
 ]
 
 ERROR_BODY_CAP_BYTES = 64 * 1024
 _BODY_HEADERS = ("content-encoding", "content-length", "transfer-encoding")
-
-
-def base_url_problem(text: str) -> str | None:
-    """None for an http(s) URL with a host, a valid port and no `user:password@` (the key
-    comes from the environment, never from the URL); else a one-line reason."""
-    if not text:
-        return "the URL is empty"
-    if any(c.isspace() or not c.isprintable() for c in text):
-        return "the URL must not contain spaces or control characters"
-    try:
-        parts = urllib.parse.urlsplit(text)
-        port = parts.port
-    except ValueError as exc:
-        return f"{text!r} is not a valid URL ({exc})"
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        return f"{text!r} is not an http(s) URL with a host"
-    if parts.username is not None or parts.password is not None:
-        return "the URL must not carry user:password (the key comes from the environment)"
-    if port == 0:
-        return f"{text!r} has port 0"
-    return None
+# Streams are asked for uncompressed, so that no server can inflate an event flood.
+STREAM_HEADERS = {"Accept-Encoding": "identity"}
 
 
 def encode_body(request: Mapping[str, Any]) -> bytes:
@@ -192,93 +165,3 @@ def bounded_client(
         options["transport"] = transport
     client: httpx2.AsyncClient = bounded(**options)
     return client
-
-
-@dataclass(frozen=True, slots=True)
-class SDK:
-    """What a provider's official SDK supplies to `SDKTransport`: its async client class,
-    its two HTTP client classes, its stream class and its two exception types (the official
-    SDKs share these shapes)."""
-
-    client: Callable[..., Any]
-    aiohttp_client: type[httpx2.AsyncClient]
-    httpx_client: type[httpx2.AsyncClient]
-    stream: Any
-    status_error: type[Exception]
-    connection_error: type[Exception]
-    credential_headers: Callable[[str], dict[str, str]]  # the header(s) the SDK sends the key in
-
-
-_STREAM_HEADERS = {"Accept-Encoding": "identity"}
-
-
-class SDKTransport:
-    """Opens `POST {base_url}{path}` streams through a provider's official SDK: the SDK owns
-    auth, base URL, default headers and status mapping (`max_retries=0`); the request body is
-    sent as the codec built it, and the raw response body is handed to lockgate's decoder.
-    The credential header is pinned, so an SDK's custom-headers variable cannot replace it.
-    """
-
-    def __init__(
-        self,
-        options: TransportOptions,
-        sdk: SDK,
-        path: str,
-        classify: ErrorClassifier,
-    ) -> None:
-        self.redactor = Redactor([options.api_key])
-        self._sdk = sdk
-        self._path = path
-        self._classify = classify
-        self._closed = False
-        use_aiohttp = options.backend == "aiohttp" and options.http_transport is None
-        read_timeout = options.read_timeout
-        self._client = sdk.client(
-            api_key=options.api_key,
-            base_url=options.base_url,
-            max_retries=0,
-            timeout=httpx2.Timeout(options.timeout, read=read_timeout),
-            # The credential header is pinned (custom-header variables cannot replace it);
-            # streams are asked for uncompressed, so no server can inflate an event flood.
-            default_headers={**sdk.credential_headers(options.api_key), **_STREAM_HEADERS},
-            http_client=bounded_client(
-                sdk.aiohttp_client if use_aiohttp else sdk.httpx_client,
-                timeout=options.timeout,
-                read_timeout=read_timeout,
-                trust_env=options.trust_env,
-                transport=options.http_transport,
-            ),
-        )
-
-    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> RawStream:
-        if self._closed:
-            raise OpenFailure("the transport is closed; no request made", retryable=False)
-        try:
-            # With `cast_to=httpx2.Response` the SDK hands back the unread response.
-            response = await self._client.post(
-                self._path,
-                cast_to=httpx2.Response,
-                content=encode_body(request),
-                # The SDK would say 0 on every attempt: lockgate, the retry owner, knows.
-                options={"headers": {"x-stainless-retry-count": str(attempt)}},
-                stream=True,
-                stream_cls=self._sdk.stream,
-            )
-        except self._sdk.status_error as exc:
-            status = getattr(exc, "status_code", 0)
-            body = getattr(exc, "body", None)
-            headers = getattr(getattr(exc, "response", None), "headers", {})
-            try:
-                failure = self._classify(status, body, headers)
-            except Exception:  # a classifier must never let server bytes crash the client
-                failure = OpenFailure(f"HTTP {status}", retryable=False, status=status)
-            raise failure from None
-        except self._sdk.connection_error as exc:  # includes the SDK's timeout error
-            cause = exc.__cause__ or exc  # the SDK wraps the HTTP library's error
-            message = self.redactor(f"connection failed: {describe(cause)}")
-            raise OpenFailure(message, retryable=True) from None
-        return RawStream(cast(httpx2.Response, response))
-
-    async def aclose(self) -> None:
-        self._closed = True
-        await self._client.close()

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from ..errors import OpenFailure, StreamInterrupted
+from ..scripted.renderer import Renderer
+from ..scripted.script import Hang, Pause, Reset, Turn, body_actions
 from ..transport import ByteStream, Transport
-from .protocol import LabProtocol
-from .script import Hang, Pause, Reset, Turn, body_actions
 
 
 class ScriptedStream:
-    def __init__(self, turn: Turn, protocol: LabProtocol, paused: asyncio.Event) -> None:
+    def __init__(self, turn: Turn, protocol: Renderer, paused: asyncio.Event) -> None:
         self._turn = turn
         self._protocol = protocol
         self._paused = paused
@@ -90,7 +90,7 @@ class ReplayTransport:
         from ..providers import provider as registry_entry
 
         entry = registry_entry(provider)
-        self.protocol = entry.lab()
+        self.protocol = entry.render()
         self._classify = entry.classify_error
         self._turns = list(turns)
         self.requests: list[Mapping[str, Any]] = []

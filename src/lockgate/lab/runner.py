@@ -12,20 +12,21 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from ..client import StreamingModelClient
+from ..codec import ProviderCodec
 from ..conversation import Usage
 from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
 from ..providers import provider as registry_entry
-from ..providers.base import CodecOptions, Provider, ProviderCodec, TransportOptions
+from ..providers.base import CodecOptions, Provider
 from ..retry import RetryPolicy
+from ..scripted.renderer import Renderer
+from ..scripted.scenario import FIXED_SOURCE, LabOptions, Observation, Scenario
+from ..scripted.script import Turn
 from ..session import run_session
-from ..transport import Transport
-from .custom import CustomCodec
-from .protocol import LabProtocol
+from ..transport import Transport, TransportOptions
+from .neutral import NeutralCodec
 from .replay import InstrumentedTransport, ReplayTransport
-from .scenario import FIXED_SOURCE, LabOptions, Observation, Scenario
 from .scenarios import SCENARIOS
-from .script import Turn
 from .server import serve_script
 
 LabTransport = Literal["inprocess", "http"]
@@ -102,7 +103,7 @@ class LabResult:
 @dataclass(frozen=True, slots=True)
 class _Wiring:
     transport: Transport
-    protocol: LabProtocol
+    protocol: Renderer
     interrupt: Callable[[], Awaitable[object]]
     server_view: Callable[[], Awaitable[ServerView | None]]
     requests: Callable[[], list[Mapping[str, Any]]]
@@ -150,15 +151,10 @@ async def _wiring(
 
 
 def _codec(options: LabOptions, provider: Provider) -> ProviderCodec:
-    if options.custom:
-        return CustomCodec(options.model)
+    if options.neutral:
+        return NeutralCodec(options.model)
     return provider.make_codec(
-        CodecOptions(
-            options.model,
-            continuation=options.continuation,
-            encrypted_reasoning=options.encrypted_reasoning,
-            thinking_budget=options.thinking_budget,
-        )
+        CodecOptions(options.model, provider_options=options.provider_options)
     )
 
 

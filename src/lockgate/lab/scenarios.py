@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..conversation import Usage
 from ..errors import FailureKind
-from .reply import Broken, Call, OpeningError, Refuse, Reply, ReplyUsage, Say, Think
-from .scenario import (
+from ..scripted.reply import Broken, Call, OpeningError, Refuse, Reply, ReplyUsage, Say, Think
+from ..scripted.scenario import (
     EDIT_FIX,
     FIXED_SOURCE,
     HTTP_ONLY,
@@ -23,7 +23,7 @@ from .scenario import (
     text_turn,
     waited,
 )
-from .script import Faults, Turn
+from ..scripted.script import Faults, Turn
 
 __all__ = ["EDIT_FIX", "FIXED_SOURCE", "NEUTRAL_SCENARIOS", "SCENARIOS", "SCENARIOS_BY_NAME"]
 
@@ -502,7 +502,7 @@ def _all_scenarios() -> tuple[Scenario, ...]:
     """The neutral scenarios, then each registered protocol's own."""
     from ..providers import PROVIDERS
 
-    own = [scenario for entry in PROVIDERS.values() for scenario in entry.lab().scenarios]
+    own = [scenario for entry in PROVIDERS.values() for scenario in entry.scenarios()]
     names = [scenario.name for scenario in (*NEUTRAL_SCENARIOS, *own)]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:

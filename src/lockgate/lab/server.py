@@ -28,9 +28,9 @@ from http import HTTPStatus
 from typing import Any
 
 from ..jsonlimits import parse_json
-from .protocol import LabProtocol
-from .reply import OpeningError
-from .script import Hang, Pause, Reset, Turn, body_actions, json_answer
+from ..scripted.renderer import Renderer
+from ..scripted.reply import OpeningError
+from ..scripted.script import Hang, Pause, Reset, Turn, body_actions, json_answer
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
@@ -62,7 +62,7 @@ class ScriptedServer:
     host: str
     port: int
     turns: list[Turn]
-    protocol: LabProtocol
+    protocol: Renderer
     requests: list[RecordedRequest] = field(default_factory=list)
     paused: asyncio.Event = field(default_factory=asyncio.Event)  # a stream went silent
     active: int = 0
@@ -134,7 +134,7 @@ class ScriptedServer:
                 await _send_json(writer, 400, body, {"x-should-retry": "false"})
                 return
             self.requests.append(request)
-            if request.path.split("?", 1)[0] != self.protocol.path:
+            if not self.protocol.answers(request.path):
                 request.consumed_turn = False
                 request.outcome = "HTTP 404 (not this protocol's path)"
                 self._stray(request)
@@ -183,7 +183,7 @@ class ScriptedServer:
                 status, error_body, error_headers = error
                 request.outcome = f"HTTP {status}"
                 await _send_json(writer, status, error_body, error_headers)
-            elif not self.protocol.is_streaming(request.body):
+            elif not self.protocol.is_streaming(request.path, request.body):
                 if turn.reply is None:
                     request.outcome = "HTTP 400 (this turn only streams)"
                     only = OpeningError(400, "exhausted", "this scripted turn only streams")
@@ -424,7 +424,7 @@ async def serve_script(
     from ..providers import provider as registry_entry
 
     address = check_loopback(host)
-    state = ScriptedServer(address, port, list(turns), registry_entry(provider).lab(), log=log)
+    state = ScriptedServer(address, port, list(turns), registry_entry(provider).render(), log=log)
     server = await asyncio.start_server(state.handle, address, port)
     state.port = server.sockets[0].getsockname()[1]
     try:

@@ -1,30 +1,32 @@
 """The provider registry: one entry per protocol lockgate speaks.
 
-Provider-specific code lives only in its folder here (`providers/<name>/`); adding a provider
-touches that folder and one line below. The CLI, the lab and the tests pick providers from
-this registry.
+Provider-specific code lives only in its folder here (`providers/<name>/`, whose package
+defines `PROVIDER`); adding a provider is that folder and its name in `NAMES` below. The CLI,
+the lab and the tests pick providers from this registry.
 """
 
 from __future__ import annotations
 
-from .anthropic import PROVIDER as ANTHROPIC
-from .base import CodecOptions, Provider, TransportOptions
-from .chat import PROVIDER as CHAT
-from .responses import PROVIDER as RESPONSES
+import importlib
+
+from .base import CodecOptions, Provider
 
 __all__ = [
     "DEFAULT_PROVIDER",
+    "NAMES",
     "PROVIDERS",
     "CodecOptions",
     "Provider",
-    "TransportOptions",
     "provider",
 ]
 
-PROVIDERS: dict[str, Provider] = {entry.name: entry for entry in (RESPONSES, CHAT, ANTHROPIC)}
+NAMES = ("responses", "chat", "anthropic")  # one word per provider: its folder's name
 
+PROVIDERS: dict[str, Provider] = {
+    name: importlib.import_module(f".{name}", __name__).PROVIDER for name in NAMES
+}
 
-DEFAULT_PROVIDER = RESPONSES.name  # what `run`, `serve` and the lab's helpers speak by default
+DEFAULT_PROVIDER = NAMES[0]  # what `run`, `serve` and the lab's helpers speak by default
 
 
 def provider(name: str | None = None) -> Provider:

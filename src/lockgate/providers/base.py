@@ -1,130 +1,123 @@
-"""The seams a provider implements, and the registry entry that names them.
+"""The registry entry that names a provider, and the options its codec is built from.
 
-A provider is one folder under `providers/`: a request encoder and a stream decoder (its
-`ProviderCodec`), a transport (the official SDK, `max_retries=0`, raw body), an error
-classifier for failed openings, and a lab renderer that turns the lab's neutral replies into
-its native bytes. `Provider` names them all; `providers/__init__.py` lists one entry per
-provider. The gate, the client, the retry owner, the SSE decoder, the loop and the display
-know nothing of any one provider.
+A provider is one folder under `providers/`: a codec (`codec.py`: the request encoder, and
+`decoder.py`: the stream decoder, on `codec.ProviderCodec`), a transport (`transport.py`),
+an error classifier for failed openings (`errors.py`), its own options if it has any
+(`options.py`: each declared once, with the flag, help and rule the command line shows), and
+its lab side (`render.py`: the neutral replies as its native bytes; `scenarios.py`: its own
+scenarios). `Provider` names them all; `providers/__init__.py` lists one entry per provider.
+The gate, the client, the retry owner, the SSE decoder, the loop and the display know
+nothing of any one provider.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..conversation import Message, ToolSpec
-from ..errors import OpenFailure
-from ..events import StreamEvent
-from ..sse import ServerSentEvent
+from ..defaults import MAX_OUTPUT_TOKENS
 
 if TYPE_CHECKING:
-    import httpx2
+    from ..codec import ProviderCodec
+    from ..scripted.renderer import Renderer
+    from ..scripted.scenario import Scenario
+    from ..transport import ErrorClassifier, Transport, TransportOptions
 
-    from ..lab.protocol import LabProtocol
-    from ..transport import Transport
+__all__ = [
+    "CodecOptions",
+    "OptionSpec",
+    "Provider",
+    "option",
+    "option_fields",
+    "whole_number",
+]
 
-
-class StreamDecoder(Protocol):
-    """Turns one provider's SSE events into normalized events, for one response stream."""
-
-    def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
-        """The normalized events of one SSE event (none for pure progress). Raise
-        ResponseFailure (kind malformed_event) for bytes that are not a valid event of this
-        provider."""
-        ...
-
-    def end_of_stream(self) -> Sequence[StreamEvent]:
-        """The body ended cleanly (no reset). A protocol whose end is the end of the body
-        may complete here; others return nothing (the client then reports the end)."""
-        ...
+Options = TypeVar("Options")
+_OPTION = "lockgate.option"
 
 
-class ProviderCodec(Protocol):
-    """Encodes portable history for one provider and makes decoders for its streams.
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """How one provider option appears on the command line: its flag, help, metavar or
+    choices, and `parse`, which turns the flag's text into the option's value (ValueError
+    with the rule it broke, e.g. "must be between 1024 and 10000000")."""
 
-    `producer` names the provider and model (e.g. `responses:gpt-5`); assistant messages
-    are stamped with it, and native items (reasoning, provider output) are replayed only to
-    the same producer.
-    """
-
-    @property
-    def producer(self) -> str: ...
-
-    def encode(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
-        """Build the native request body (without transport concerns)."""
-        ...
-
-    def new_decoder(self) -> StreamDecoder:
-        """A decoder for one response stream."""
-        ...
+    flag: str
+    help: str
+    parse: Callable[[str], object]
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
 
 
-Continuation = Literal["stateless", "native"]
+def option(
+    flag: str,
+    *,
+    help: str,
+    parse: Callable[[str], object],
+    metavar: str | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> dict[str, OptionSpec]:
+    """The metadata that makes a field of a provider's options dataclass a command-line
+    flag: `field(default=…, metadata=option("--flag", …))` is the one place the option is
+    declared (the command line generates the flag from it)."""
+    return {_OPTION: OptionSpec(flag, help, parse, metavar, choices)}
 
 
-DEFAULT_MAX_OUTPUT_TOKENS = 2048  # every provider's output-token cap unless told
+def option_fields(options_type: type) -> list[tuple[str, OptionSpec]]:
+    """The (field name, spec) of every option an options dataclass declares."""
+    return [
+        (item.name, item.metadata[_OPTION])
+        for item in dataclasses.fields(options_type)
+        if _OPTION in item.metadata
+    ]
+
+
+def whole_number(minimum: int, maximum: int, why: str = "") -> Callable[[str], int]:
+    """A parser for a whole number in [minimum, maximum]; `why` explains the minimum."""
+    rule = f"must be between {minimum}{f' ({why})' if why else ''} and {maximum}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a whole number") from None
+        if not minimum <= value <= maximum:
+            raise ValueError(rule)
+        return value
+
+    return parse
 
 
 @dataclass(frozen=True, slots=True)
 class CodecOptions:
-    """What a codec is built from. Providers honour the options they list in
-    `Provider.options`; the CLI refuses the others."""
+    """What a codec is built from: the model, the output-token cap, and the provider's own
+    options (an instance of its `Provider.options` class; None: its defaults)."""
 
     model: str
-    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
-    continuation: Continuation = "stateless"  # Responses
-    encrypted_reasoning: bool | None = None  # Responses: None = decide from the model name
-    thinking_budget: int | None = None  # Anthropic: extended thinking with this budget
+    max_output_tokens: int = MAX_OUTPUT_TOKENS
+    provider_options: Any = None
 
-
-HttpBackend = Literal["aiohttp", "httpx"]
-
-
-@dataclass(frozen=True, slots=True)
-class TransportOptions:
-    """What a transport is built from. `timeout` bounds connecting and sending;
-    `read_timeout` an optional per-read limit in the SDK's HTTP client (default none: the
-    client's silence watchdog bounds every wait, and a per-read timer costs CPU on every
-    read; if set, keep it above the client's idle
-    timeout); `trust_env=False` ignores proxy variables (the lab's own loopback server);
-    `backend`: the SDK's aiohttp-backed HTTP client (default, the faster) or its httpx one;
-    `http_transport` replaces the network (tests: an `httpx2.MockTransport`)."""
-
-    api_key: str
-    base_url: str | None = None
-    timeout: float = 30.0
-    read_timeout: float | None = None
-    trust_env: bool = True
-    backend: HttpBackend = "aiohttp"
-    http_transport: httpx2.AsyncBaseTransport | None = None
-
-    def __post_init__(self) -> None:
-        from ..credentials import api_key_problem
-        from ..http import base_url_problem
-        from ..transport import check_timeout
-
-        problem = api_key_problem(self.api_key)  # refused before any request, never echoed
-        if problem is not None:
-            raise ValueError(f"api_key: {problem}")
-        if self.base_url is not None and (problem := base_url_problem(self.base_url)):
-            raise ValueError(f"base_url: {problem}")
-        check_timeout(self.timeout, "timeout")
-        if self.read_timeout is not None:
-            check_timeout(self.read_timeout, "read_timeout")
-        if self.backend not in ("aiohttp", "httpx"):
-            raise ValueError("backend must be 'aiohttp' or 'httpx'")
-
-
-ErrorClassifier = Callable[[int, object, Mapping[str, str]], OpenFailure]
+    def own(self, options_type: type[Options]) -> Options:
+        """The provider's own options: `provider_options` when it is an `options_type`, the
+        defaults when it is None; ValueError for another provider's options."""
+        given = self.provider_options
+        if given is None:
+            return options_type()
+        if not isinstance(given, options_type):
+            raise ValueError(
+                f"provider options {type(given).__name__} are not {options_type.__name__}"
+            )
+        return given
 
 
 @dataclass(frozen=True, slots=True)
 class Provider:
     """One registry entry: everything the CLI, the lab and the tests need to speak one
     protocol. Factories import the SDK only when called, so that `--help`, usage errors and
-    the in-process lab start fast."""
+    the in-process lab start fast; `render` and `scenarios` import the lab side only when
+    the lab or `serve` runs."""
 
     name: str
     title: str
@@ -135,5 +128,6 @@ class Provider:
     make_codec: Callable[[CodecOptions], ProviderCodec]
     make_transport: Callable[[TransportOptions], Transport]
     classify_error: ErrorClassifier
-    lab: Callable[[], LabProtocol]  # its lab renderer (imported when the lab runs)
-    options: frozenset[str] = frozenset()  # CodecOptions fields beyond model it honours
+    render: Callable[[], Renderer]  # its lab renderer
+    scenarios: Callable[[], Sequence[Scenario]]  # its own lab scenarios
+    options: type | None = None  # its own options dataclass (fields declared with `option`)

@@ -4,23 +4,22 @@ gateways. `--base-url` is the host root (`https://api.anthropic.com`): the SDK a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...transport import Transport
-from ..base import CodecOptions, Provider, TransportOptions
+from ..base import Provider
 from .codec import AnthropicCodec
 from .errors import classify_anthropic_failure
+from .options import AnthropicOptions
 
 if TYPE_CHECKING:
-    from ...lab.protocol import LabProtocol
+    from ...scripted.renderer import Renderer
+    from ...scripted.scenario import Scenario
+    from ...transport import Transport, TransportOptions
 
 # The newest Sonnet-class alias in the installed SDK's model list (anthropic 2.16,
 # `anthropic/types/model.py`): the balanced default for an agent loop.
 DEFAULT_MODEL = "claude-sonnet-5-5"
-
-
-def _codec(options: CodecOptions) -> AnthropicCodec:
-    return AnthropicCodec.from_options(options)
 
 
 def _transport(options: TransportOptions) -> Transport:
@@ -29,10 +28,16 @@ def _transport(options: TransportOptions) -> Transport:
     return AnthropicTransport(options)
 
 
-def _lab() -> LabProtocol:
-    from .lab import AnthropicLab
+def _render() -> Renderer:
+    from .render import RENDERER
 
-    return AnthropicLab()
+    return RENDERER
+
+
+def _scenarios() -> Sequence[Scenario]:
+    from .scenarios import SCENARIOS
+
+    return SCENARIOS
 
 
 PROVIDER = Provider(
@@ -42,9 +47,10 @@ PROVIDER = Provider(
     base_url_variable="ANTHROPIC_BASE_URL",
     default_model=DEFAULT_MODEL,
     base_url_hint="https://api.anthropic.com",
-    make_codec=_codec,
+    make_codec=AnthropicCodec.from_options,
     make_transport=_transport,
     classify_error=classify_anthropic_failure,
-    lab=_lab,
-    options=frozenset({"thinking_budget"}),
+    render=_render,
+    scenarios=_scenarios,
+    options=AnthropicOptions,
 )

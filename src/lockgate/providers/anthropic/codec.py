@@ -42,18 +42,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
-from ..base import DEFAULT_MAX_OUTPUT_TOKENS, CodecOptions
+from ...defaults import MAX_OUTPUT_TOKENS
+from ..base import CodecOptions
 from .decoder import AnthropicDecoder
+from .options import MIN_THINKING_BUDGET, AnthropicOptions
 
 __all__ = [
-    "DEFAULT_MAX_OUTPUT_TOKENS",
-    "MIN_THINKING_BUDGET",
     "AnthropicCodec",
     "encode_messages",
     "encode_tool",
 ]
 
-MIN_THINKING_BUDGET = 1024
 PROVIDER = "anthropic"
 ERROR_PREFIX = "error:"
 
@@ -67,7 +66,7 @@ class AnthropicCodec:
         self,
         model: str,
         *,
-        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        max_output_tokens: int = MAX_OUTPUT_TOKENS,
         thinking_budget: int | None = None,
     ) -> None:
         if not model:
@@ -90,7 +89,7 @@ class AnthropicCodec:
         return cls(
             options.model,
             max_output_tokens=options.max_output_tokens,
-            thinking_budget=options.thinking_budget,
+            thinking_budget=options.own(AnthropicOptions).thinking_budget,
         )
 
     @property

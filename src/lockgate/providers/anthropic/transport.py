@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import anthropic
 
-from ...http import SDK, SDKTransport
-from ..base import TransportOptions
+from ...sdk import SDK, SDKTransport
+from ...transport import TransportOptions
 from .errors import classify_anthropic_failure
 
 __all__ = ["ANTHROPIC_SDK", "PATH", "AnthropicTransport"]

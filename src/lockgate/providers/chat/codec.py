@@ -35,14 +35,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...conversation import Message, NativeItem, ToolCall, ToolSpec
-from ..base import DEFAULT_MAX_OUTPUT_TOKENS, CodecOptions
-from ..fields import compact_json
+from ...defaults import MAX_OUTPUT_TOKENS
+from ..base import CodecOptions
+from ..decoding import compact_json
 from ..openai.history import answered_call
 from ..openai.models import is_reasoning_model
 from .decoder import ChatDecoder
 
 __all__ = [
-    "DEFAULT_MAX_OUTPUT_TOKENS",
     "PROVIDER",
     "REPLAYED_REASONING_FIELDS",
     "ChatCodec",
@@ -66,7 +66,7 @@ class ChatCodec:
 
     provider = PROVIDER
 
-    def __init__(self, model: str, *, max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS) -> None:
+    def __init__(self, model: str, *, max_output_tokens: int = MAX_OUTPUT_TOKENS) -> None:
         if not model:
             raise ValueError("model must not be empty")
         self.model = model

@@ -113,9 +113,9 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
-from ..fields import AFTER_END, CONTENT_BEGAN, NOTHING, compact_json, provider_error_message
-from ..fields import malformed as _malformed
-from ..fields import token_count as _count
+from ..decoding import AFTER_END, CONTENT_BEGAN, NOTHING, compact_json, provider_error_message
+from ..decoding import malformed as _malformed
+from ..decoding import token_count as _count
 
 __all__ = [
     "MAX_REASONING_DETAILS_CHARS",

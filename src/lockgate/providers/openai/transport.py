@@ -15,8 +15,8 @@ from typing import Literal
 
 import openai
 
-from ...http import SDK, SDKTransport
-from ..base import TransportOptions
+from ...sdk import SDK, SDKTransport
+from ...transport import TransportOptions
 from .errors import classify_openai_failure
 
 Endpoint = Literal["responses", "chat"]

@@ -2,44 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from ...transport import Transport
-from ..base import CodecOptions, Provider, TransportOptions
-from ..openai import BASE_URL_HINT, BASE_URL_VARIABLE, DEFAULT_MODEL, KEY_VARIABLE
-from ..openai.errors import classify_openai_failure
+from ..openai import openai_provider
 from .codec import ResponsesCodec
+from .options import ResponsesOptions
 
-if TYPE_CHECKING:
-    from ...lab.protocol import LabProtocol
-
-
-def _codec(options: CodecOptions) -> ResponsesCodec:
-    return ResponsesCodec.from_options(options)
-
-
-def _transport(options: TransportOptions) -> Transport:
-    from ..openai.transport import OpenAITransport  # imports the SDK: only when needed
-
-    return OpenAITransport(options, "responses")
-
-
-def _lab() -> LabProtocol:
-    from .lab import ResponsesLab
-
-    return ResponsesLab()
-
-
-PROVIDER = Provider(
-    name="responses",
-    title="OpenAI Responses",
-    key_variable=KEY_VARIABLE,
-    base_url_variable=BASE_URL_VARIABLE,
-    default_model=DEFAULT_MODEL,
-    base_url_hint=BASE_URL_HINT,
-    make_codec=_codec,
-    make_transport=_transport,
-    classify_error=classify_openai_failure,
-    lab=_lab,
-    options=frozenset({"continuation", "encrypted_reasoning"}),
+PROVIDER = openai_provider(
+    "responses", "OpenAI Responses", ResponsesCodec.from_options, ResponsesOptions
 )

@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
-from ..base import DEFAULT_MAX_OUTPUT_TOKENS, CodecOptions, Continuation
+from ...defaults import MAX_OUTPUT_TOKENS
+from ..base import CodecOptions
 from ..openai.history import answered_call
 from ..openai.models import REASONING_MODEL_PREFIXES as REASONING_MODEL_PREFIXES
 from ..openai.models import is_reasoning_model as is_reasoning_model
 from .decoder import ResponsesDecoder
+from .options import Continuation, ResponsesOptions
 
 PROVIDER = "responses"
 
@@ -35,7 +37,7 @@ class ResponsesCodec:
         self,
         model: str,
         *,
-        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        max_output_tokens: int = MAX_OUTPUT_TOKENS,
         continuation: Continuation = "stateless",
         encrypted_reasoning: bool | None = None,
     ) -> None:
@@ -52,11 +54,12 @@ class ResponsesCodec:
 
     @classmethod
     def from_options(cls, options: CodecOptions) -> ResponsesCodec:
+        own = options.own(ResponsesOptions)
         return cls(
             options.model,
             max_output_tokens=options.max_output_tokens,
-            continuation=options.continuation,
-            encrypted_reasoning=options.encrypted_reasoning,
+            continuation=own.continuation,
+            encrypted_reasoning=own.encrypted_reasoning,
         )
 
     @property

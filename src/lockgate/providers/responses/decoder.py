@@ -43,12 +43,12 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
-from ..fields import AFTER_END, CONTENT_BEGAN, NOTHING, provider_error_message
-from ..fields import malformed as _malformed
-from ..fields import object_field as _object
-from ..fields import optional_string_field as _optional_string
-from ..fields import string_field as _string
-from ..fields import token_count as _count
+from ..decoding import AFTER_END, CONTENT_BEGAN, NOTHING, provider_error_message
+from ..decoding import malformed as _malformed
+from ..decoding import object_field as _object
+from ..decoding import optional_string_field as _optional_string
+from ..decoding import string_field as _string
+from ..decoding import token_count as _count
 
 # Output items the provider executes itself: never a request for a local action.
 PROVIDER_EXECUTED_ITEMS = frozenset(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...lab.reply import OpeningError
+from ...scripted.reply import OpeningError
 
 # kind → (type, code) as OpenAI sends them
 _ERRORS: dict[str, tuple[str, str]] = {

@@ -1,31 +1,18 @@
-"""Chat Completions in the lab: replies rendered as OpenAI streams them (data-only chunks,
-`data: [DONE]`), the non-streaming `chat.completion`, OpenAI error bodies, and the quirks of
-compatible servers that decide whether a tool runs (`protocols.md` §2a), each as a scenario
-on the accept side or the fail-closed side.
-"""
+"""Chat Completions provider's own lab scenarios: the rules and quirks only this protocol has,
+beside the neutral scenarios every protocol runs (`lockgate.lab.scenarios`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from ...errors import FailureKind
-from ...lab.protocol import Frame
-from ...lab.reply import (
-    Broken,
-    Call,
-    OpeningError,
-    ProviderTool,
-    Refuse,
-    Reply,
+from ...scripted.renderer import Frame
+from ...scripted.reply import (
     ReplyUsage,
-    Say,
-    Think,
-    argument_pieces,
     split,
 )
-from ...lab.scenario import (
+from ...scripted.scenario import (
     EDIT_FIX,
     Expectation,
     Observation,
@@ -35,239 +22,14 @@ from ...lab.scenario import (
     finished,
     own,
 )
-from ...lab.script import Turn
-from ..openai.lab import openai_error_body, openai_reset_headers
-
-CREATED = 1_760_000_000
-DONE: Frame = {"raw": "data: [DONE]\n\n"}
-DEFAULT_USAGE = ReplyUsage()
-
-
-def usage_object(usage: ReplyUsage) -> dict[str, Any]:
-    return {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_input_tokens},
-        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-    }
-
-
-class ChunkBuilder:
-    """Authors a Chat Completions stream chunk by chunk, as OpenAI sends it."""
-
-    def __init__(self, response_id: str, model: str = "gpt-4.1-mini") -> None:
-        self.response_id = response_id
-        self.model = model
-        self.events: list[Frame] = []
-
-    def chunk(
-        self, delta: Mapping[str, Any] | None = None, finish: str | None = None, **extra: Any
-    ) -> ChunkBuilder:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "delta": dict(delta or {}),
-            "logprobs": None,
-            "finish_reason": finish,
-        }
-        return self.raw_chunk({"choices": [choice], **extra})
-
-    def raw_chunk(self, body: Mapping[str, Any]) -> ChunkBuilder:
-        self.events.append(
-            {
-                "id": self.response_id,
-                "object": "chat.completion.chunk",
-                "created": CREATED,
-                "model": self.model,
-                "system_fingerprint": "fp_lab",
-                **body,
-            }
-        )
-        return self
-
-    def start(self, content: str | None = "") -> ChunkBuilder:
-        return self.chunk({"role": "assistant", "content": content, "refusal": None})
-
-    def text(self, text: str, pieces: int = 4) -> ChunkBuilder:
-        for piece in split(text, pieces):
-            self.chunk({"content": piece})
-        return self
-
-    def call(
-        self,
-        index: int,
-        call_id: str,
-        name: str,
-        arguments: str,
-        pieces: int = 5,
-        *,
-        cut: bool = False,
-    ) -> ChunkBuilder:
-        self.chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": ""},
-                    }
-                ]
-            }
-        )
-        sent = argument_pieces(arguments, pieces, cut=cut)
-        for piece in sent:
-            self.chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-        return self
-
-    def finish(
-        self, reason: str, usage: ReplyUsage | None = DEFAULT_USAGE, *, done: bool = True
-    ) -> ChunkBuilder:
-        self.chunk({}, reason)
-        if usage is not None:
-            self.raw_chunk({"choices": [], "usage": usage_object(usage)})
-        return self.done() if done else self
-
-    def done(self) -> ChunkBuilder:
-        self.events.append(DONE)
-        return self
-
-    def turn(self) -> Turn:
-        return Turn(events=tuple(self.events))
-
-
-def render(reply: Reply) -> list[Frame]:
-    builder = ChunkBuilder(reply.response_id, reply.model)
-    builder.start(None if reply.calls and not any(isinstance(p, Say) for p in reply.parts) else "")
-    index = 0
-    for part in reply.sent_parts:
-        if isinstance(part, Say):
-            builder.text(part.text, part.pieces)
-        elif isinstance(part, Think):
-            for piece in split(part.text, part.pieces):
-                builder.chunk({"reasoning_content": piece})
-        elif isinstance(part, Refuse):
-            for piece in split(part.text, 2):
-                builder.chunk({"refusal": piece})
-        elif isinstance(part, Call):
-            builder.call(
-                index, part.call_id, part.name, part.argument_text, part.pieces, cut=part.cut
-            )
-            index += 1
-        elif isinstance(part, Broken):
-            builder.events.append(
-                {"raw": 'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "un\n\n'}
-            )
-        elif isinstance(part, ProviderTool):
-            raise ValueError("Chat Completions has no provider-executed tools")
-    if reply.ending == "complete":
-        builder.finish("tool_calls" if reply.calls else "stop", reply.usage)
-    elif reply.ending == "truncated":
-        builder.finish("length", reply.usage)
-    elif reply.ending in ("error", "failed"):
-        builder.events.append(
-            {
-                "error": {
-                    "message": reply.error_message,
-                    "type": "server_error",
-                    "param": None,
-                    "code": reply.error_code,
-                }
-            }
-        )
-    elif reply.ending == "paused":
-        raise ValueError("Chat Completions has no paused responses")
-    return builder.events
-
-
-class ChatLab:
-    """The Chat Completions side of the lab and of `lockgate serve --provider chat`."""
-
-    provider = "chat"
-    path = "/v1/chat/completions"
-
-    def base_url(self, origin: str) -> str:
-        return f"{origin}/v1"
-
-    def events(self, reply: Reply) -> list[Frame]:
-        return render(reply)
-
-    def frame(self, event: Frame) -> bytes:
-        if "raw" in event and len(event) == 1:
-            return str(event["raw"]).encode()
-        if "sse_event" in event:  # a named event (Groq's `event: error`)
-            body = {k: v for k, v in event.items() if k != "sse_event"}
-            data = json.dumps(body, separators=(",", ":"))
-            return f"event: {event['sse_event']}\ndata: {data}\n\n".encode()
-        return f"data: {json.dumps(event, separators=(',', ':'), ensure_ascii=False)}\n\n".encode()
-
-    def endless_event(self, kind: Literal["text", "unknown"]) -> Frame:
-        if kind == "text":
-            return {
-                "id": "chatcmpl-endless",
-                "choices": [{"index": 0, "delta": {"content": "more "}}],
-            }
-        return {"id": "chatcmpl-endless", "object": "chat.completion.chunk", "choices": []}
-
-    def completion(self, reply: Reply) -> dict[str, Any]:
-        text = "".join(p.text for p in reply.parts if isinstance(p, Say))
-        refusal = "".join(p.text for p in reply.parts if isinstance(p, Refuse))
-        calls = [
-            {
-                "id": c.call_id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": c.argument_text},
-            }
-            for c in reply.calls
-        ]
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": text or None,
-            "refusal": refusal or None,
-        }
-        if calls:
-            message["tool_calls"] = calls
-        finish = {"complete": "tool_calls" if calls else "stop", "truncated": "length"}.get(
-            reply.ending, "stop"
-        )
-        body: dict[str, Any] = {
-            "id": reply.response_id,
-            "object": "chat.completion",
-            "created": CREATED,
-            "model": reply.model,
-            "choices": [
-                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-            ],
-        }
-        if reply.usage is not None:
-            body["usage"] = usage_object(reply.usage)
-        return body
-
-    def error_body(self, error: OpeningError) -> dict[str, Any]:
-        return openai_error_body(error)
-
-    def reset_headers(self, seconds: float) -> dict[str, str]:
-        return openai_reset_headers(seconds)
-
-    def is_streaming(self, body: object) -> bool:
-        return isinstance(body, dict) and body.get("stream") is True
-
-    def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
-        messages = list(request.get("messages", []))
-        for index, message in enumerate(messages):
-            calls = message.get("tool_calls") or []
-            if message.get("role") != "assistant" or call_id not in [c.get("id") for c in calls]:
-                continue
-            for following in messages[index + 1 : index + 1 + len(calls)]:
-                if following.get("role") == "tool" and following.get("tool_call_id") == call_id:
-                    return str(following.get("content", ""))
-            return None
-        return None
-
-    @property
-    def scenarios(self) -> Sequence[Scenario]:
-        return CHAT_SCENARIOS
-
+from ...scripted.script import Turn
+from .render import (
+    DONE,
+    ChatRenderer,
+    ChunkBuilder,
+    render,
+    usage_object,
+)
 
 # --- Chat's own scenarios: the quirks of compatible servers --------------------------------
 
@@ -775,7 +537,7 @@ def _s(name: str, summary: str, expect: Expectation, turns: Any, **kw: Any) -> S
     return Scenario(f"chat-{name}", summary, expect, turns, **kw)
 
 
-CHAT_SCENARIOS: tuple[Scenario, ...] = own(
+SCENARIOS: tuple[Scenario, ...] = own(
     "chat",
     _s(
         "no-done",
@@ -1014,4 +776,4 @@ CHAT_SCENARIOS: tuple[Scenario, ...] = own(
     ),
 )
 
-__all__ = ["CHAT_SCENARIOS", "ChatLab", "ChunkBuilder", "render"]
+__all__ = ["SCENARIOS", "ChatRenderer", "ChunkBuilder", "render"]

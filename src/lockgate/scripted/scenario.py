@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import Usage
 from ..errors import FailureKind
@@ -13,7 +13,7 @@ from .reply import LAB_MODEL, Call, Reply, Say
 from .script import Faults, Turn
 
 if TYPE_CHECKING:
-    from .protocol import LabProtocol
+    from .renderer import Renderer
 
 EDIT_FIX = {"path": "calculator.py", "old": "return a - b", "new": "return a + b"}
 FIXED_SOURCE = "def add(a, b):\n    return a + b\n"
@@ -45,10 +45,8 @@ class LabOptions:
     """How the client is configured for a scenario."""
 
     model: str = LAB_MODEL
-    custom: bool = False  # a custom provider (normalized events on the wire), not a codec
-    continuation: Literal["stateless", "native"] = "stateless"
-    encrypted_reasoning: bool | None = None
-    thinking_budget: int | None = None
+    neutral: bool = False  # the neutral provider (normalized events on the wire), not a codec
+    provider_options: Any = None  # the provider's own options (`CodecOptions.provider_options`)
     recovery_budget: int = 0  # 0: recovery off (stop on a rejected batch)
     retry_unstarted: bool = False
     close_fails: frozenset[int] = frozenset()  # client side: these openings' closes fail
@@ -62,7 +60,7 @@ class Observation:
     delays: tuple[float, ...]  # opening delays requested (the lab does not sleep them)
     usage: Usage | None  # summed over every response that reported usage
     stopped: str
-    protocol: LabProtocol
+    protocol: Renderer
 
 
 Check = Callable[[Observation], list[str]]

@@ -32,7 +32,7 @@ from ..events import (
 from ..sse import ServerSentEvent
 
 
-class CustomCodec:
+class NeutralCodec:
     provider = "lab-custom"
 
     def __init__(self, model: str) -> None:
@@ -53,8 +53,8 @@ class CustomCodec:
             ],
         }
 
-    def new_decoder(self) -> CustomDecoder:
-        return CustomDecoder()
+    def new_decoder(self) -> NeutralDecoder:
+        return NeutralDecoder()
 
 
 def _field(payload: dict[str, Any], name: str) -> str:
@@ -64,7 +64,7 @@ def _field(payload: dict[str, Any], name: str) -> str:
     return value
 
 
-class CustomDecoder:
+class NeutralDecoder:
     def end_of_stream(self) -> Sequence[StreamEvent]:
         return ()
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from ..jsonlimits import too_deep
-from .protocol import Frame, LabProtocol
+from .renderer import Frame, Renderer
 from .reply import (
     LAB_MODEL,
     Broken,
@@ -112,7 +112,7 @@ class Turn:
     error: OpeningError | None = None  # a neutral opening error (the protocol writes it)
 
     def opening_error(
-        self, protocol: LabProtocol
+        self, protocol: Renderer
     ) -> tuple[int, Mapping[str, Any], dict[str, str]] | None:
         """(status, native body, headers) when this turn fails the opening with a status."""
         headers = dict(self.headers)
@@ -124,7 +124,7 @@ class Turn:
             return self.status, self.body or {}, headers
         return None
 
-    def stream_events(self, protocol: LabProtocol) -> list[Frame]:
+    def stream_events(self, protocol: Renderer) -> list[Frame]:
         """The native events this turn streams in `protocol`."""
         if self.reply is not None:
             return protocol.events(self.reply)
@@ -176,7 +176,7 @@ def _line_ends(payload: bytes, style: str) -> bytes:
     return payload
 
 
-def body_actions(turn: Turn, protocol: LabProtocol) -> Iterator[Action]:
+def body_actions(turn: Turn, protocol: Renderer) -> Iterator[Action]:
     """The bytes and socket actions of a streaming turn's body, in order."""
     faults = turn.faults
     drip = Pause(faults.drip_ms / 1000) if faults.drip_ms else None

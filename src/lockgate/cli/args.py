@@ -1,0 +1,355 @@
+"""The command line's parser and argument types. Provider options are not listed here:
+each provider declares its own once (`providers/<name>/options.py`), and the parser makes
+their flags from the registry."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, TypeVar
+
+from .. import __version__, defaults
+from .codes import EXIT_USAGE
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+Number = TypeVar("Number", int, float)
+DESCRIPTION = "The lockgate command line: run (live, opt-in), lab (failure lab), serve."
+
+
+def one_line(text: str) -> str:
+    """`text` as one printable line: line breaks, escape sequences and other controls (in
+    an argument, a path, a server's words) shown as escapes, never acted on."""
+    from ..display import visible
+
+    return visible(text, multiline=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, never the whole usage: `lockgate run: error: … (see lockgate run -h)`.
+        argparse quotes some arguments raw (`unrecognized arguments: …`): made visible."""
+        line = one_line(f"{self.prog}: error: {message} (see {self.prog} --help)")
+        self.exit(EXIT_USAGE, line + "\n")
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        """As argparse's, but a failed write (`--help` into a full disk or a closed pipe)
+        is an output error, not silently ignored."""
+        if message:
+            (file or sys.stderr).write(message)
+
+
+def _number(
+    convert: Callable[[str], Number], what: str, valid: Callable[[Number], bool], rule: str
+) -> Callable[[str], Number]:
+    """An argparse type: parse with `convert`, then require `valid` (else: `rule`)."""
+
+    def parse(text: str) -> Number:
+        try:
+            value = convert(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if not valid(value):
+            raise argparse.ArgumentTypeError(rule)
+        return value
+
+    return parse
+
+
+positive_int = _number(
+    int, "a whole number", lambda v: 1 <= v <= 1_000_000, "must be between 1 and 1000000"
+)
+
+
+_positive_seconds = _number(
+    float, "a number of seconds", lambda v: 0 < v < 1e9, "must be a positive number of seconds"
+)
+
+
+_non_negative_seconds = _number(
+    float, "a number of seconds", lambda v: 0 <= v < 1e9, "must be a non-negative number of seconds"
+)
+
+
+_fraction = _number(float, "a number", lambda v: 0 <= v < 1, "must be at least 0 and less than 1")
+
+
+_port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "must be between 0 and 65535")
+
+
+_tokens = _number(
+    int, "a whole number", lambda v: 1 <= v <= 10_000_000, "must be between 1 and 10000000"
+)
+
+
+def _text(what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.strip() or any(c.isspace() or not c.isprintable() for c in text):
+            raise argparse.ArgumentTypeError(f"{what} must be non-empty, without spaces")
+        return text
+
+    return parse
+
+
+# Variables that hold the system's own settings, never an API key: naming one with
+# `--api-key-env` would send its value as the credential (and remove it from the
+# environment of every tool the run starts).
+_SYSTEM_VARIABLES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "LANG",
+        "LANGUAGE", "TMPDIR", "TMP", "TEMP", "TZ", "DISPLAY", "EDITOR", "VISUAL", "PAGER",
+        "MAIL", "HOSTNAME", "SHLVL", "IFS", "CDPATH", "MANPATH", "LD_LIBRARY_PATH",
+        "LD_PRELOAD", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+        "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+    }
+)  # fmt: skip
+
+
+_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_RETRY_")
+
+
+def _key_variable(text: str) -> str:
+    """An environment variable name that can hold a key: `[A-Za-z_][A-Za-z0-9_]*`, and not
+    one of the system's own variables."""
+    if (
+        not text
+        or not (text[0].isalpha() or text[0] == "_")
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in text)
+    ):
+        raise argparse.ArgumentTypeError(
+            "must be an environment variable name (letters, digits and '_')"
+        )
+    upper = text.upper()
+    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
+        raise argparse.ArgumentTypeError(
+            f"{text} is a system variable, not an API key: its value would be sent as the "
+            "credential"
+        )
+    return text
+
+
+def _loopback_host(text: str) -> str:
+    from ..lab.server import check_loopback
+
+    try:
+        return check_loopback(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def base_url(text: str) -> str:
+    """An http(s) URL with a host, a valid port and no user:password part."""
+    from ..transport import base_url_problem
+
+    problem = base_url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _script_path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the script path is empty")
+    return Path(text)
+
+
+def provider_names() -> list[str]:
+    from ..providers import PROVIDERS
+
+    return list(PROVIDERS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..providers import DEFAULT_PROVIDER
+
+    providers = provider_names()
+    parser = _Parser(prog="lockgate", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run the agent against a live provider")
+    run.add_argument(
+        "--provider",
+        choices=providers,
+        default=DEFAULT_PROVIDER,
+        help=f"the protocol to speak (default {DEFAULT_PROVIDER})",
+    )
+    run.add_argument(
+        "--model", type=_text("--model"), help="model name (default: the provider's default)"
+    )
+    run.add_argument(
+        "--base-url", type=base_url, metavar="URL", help="any endpoint speaking the protocol"
+    )
+    run.add_argument(
+        "--api-key-env",
+        type=_key_variable,
+        metavar="NAME",
+        help="read the key from this variable (default: the provider's, e.g. OPENAI_API_KEY)",
+    )
+    run.add_argument(
+        "--allow-execution",
+        action="store_true",
+        help="expose edit and test (the model may change files and run code)",
+    )
+    run.add_argument(
+        "--max-turns",
+        type=positive_int,
+        default=defaults.MAX_TURNS,
+        help=f"turn limit (default {defaults.MAX_TURNS})",
+    )
+    run.add_argument("--json", action="store_true", help="events as JSON lines on stdout")
+    run.add_argument(
+        "--idle-timeout",
+        type=_positive_seconds,
+        default=defaults.IDLE_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="fail a response after this long without a byte "
+        f"(default {defaults.IDLE_TIMEOUT_SECONDS:g})",
+    )
+    run.add_argument(
+        "--deadline",
+        type=_positive_seconds,
+        default=defaults.DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help="fail a response that takes longer than this in total "
+        f"(default {defaults.DEADLINE_SECONDS:g})",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=_tokens,
+        default=defaults.MAX_OUTPUT_TOKENS,
+        metavar="N",
+        help=f"the output token cap of each response (default {defaults.MAX_OUTPUT_TOKENS})",
+    )
+    _add_provider_options(run)
+    run.add_argument(
+        "--recover",
+        action="store_true",
+        help="answer rejected or truncated calls with error observations instead of stopping",
+    )
+    run.add_argument(
+        "--recovery-budget",
+        type=positive_int,
+        metavar="N",
+        help=f"with --recover: stop after N recoveries in a row "
+        f"(default {defaults.RECOVERY_BUDGET})",
+    )
+    run.add_argument(
+        "--http-client",
+        choices=["aiohttp", "httpx"],
+        default="aiohttp",
+        help="the SDK's HTTP client: aiohttp-backed (default, the faster) or httpx",
+    )
+    retry = run.add_argument_group(
+        "retry owner (environment: LOCKGATE_RETRY_ATTEMPTS, _BASE_DELAY, _MAX_DELAY, _JITTER)"
+    )
+    retry.add_argument(
+        "--retry-attempts",
+        type=_number(int, "a whole number", lambda v: 1 <= v <= 100, "must be between 1 and 100"),
+        metavar="N",
+        help=f"default {defaults.RETRY_ATTEMPTS}",
+    )
+    retry.add_argument(
+        "--retry-base-delay",
+        type=_non_negative_seconds,
+        metavar="SECONDS",
+        help=f"default {defaults.RETRY_BASE_DELAY:g}",
+    )
+    retry.add_argument(
+        "--retry-max-delay",
+        type=_non_negative_seconds,
+        metavar="SECONDS",
+        help=f"longest wait honoured, also from the server (default {defaults.RETRY_MAX_DELAY:g})",
+    )
+    retry.add_argument(
+        "--retry-jitter",
+        type=_fraction,
+        metavar="FRACTION",
+        # argparse formats help with %: the percent sign is doubled.
+        help=f"default {defaults.RETRY_JITTER:g} (±{defaults.RETRY_JITTER:.0%})".replace("%", "%%"),
+    )
+    retry.add_argument(
+        "--retry-unstarted",
+        action="store_true",
+        help="also retry a stream that failed transiently before any content (off by default)",
+    )
+
+    lab = commands.add_parser("lab", help="run the offline failure laboratory")
+    lab.add_argument(
+        "--provider",
+        choices=[*providers, "all"],
+        default="all",
+        help="the protocols to play (default all)",
+    )
+    lab.add_argument("--scenario", metavar="NAME", help="run one scenario with its full trace")
+    lab.add_argument(
+        "--list", action="store_true", help="list the scenarios (one line each) and exit"
+    )
+    lab.add_argument(
+        "--transport",
+        choices=["inprocess", "http", "both"],
+        default="both",
+        help="replay in-process, over loopback HTTP through the SDK, or both (default)",
+    )
+    lab.add_argument("--json", action="store_true", help="trace as JSON lines on stdout")
+
+    serve = commands.add_parser(
+        "serve", help="serve a scripted, fault-injecting provider on loopback"
+    )
+    serve.add_argument(
+        "--provider",
+        choices=providers,
+        help=f"the protocol to speak (default {DEFAULT_PROVIDER}, or the script's own)",
+    )
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument("--scenario", metavar="NAME", help="serve a lab scenario's turns")
+    source.add_argument("--script", type=_script_path, metavar="FILE", help="serve a JSON script")
+    source.add_argument(
+        "--list", action="store_true", help="list the scenarios it can serve and exit"
+    )
+    serve.add_argument("--json", action="store_true", help="with --list: JSON lines")
+    serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
+    serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
+    return parser
+
+
+PROVIDER_OPTION = "provider option "  # the prefix of a provider option's `dest`
+
+
+def _add_provider_options(run: argparse.ArgumentParser) -> None:
+    """One flag per provider option, made from the providers' own declarations: the value
+    stays the text given, parsed by the chosen provider's rule (`provider_options`). A flag
+    several providers declare is one flag, its help naming them all."""
+    from ..providers import PROVIDERS
+    from ..providers.base import OptionSpec, option_fields
+
+    owners: dict[str, list[tuple[str, OptionSpec]]] = {}
+    for entry in PROVIDERS.values():
+        if entry.options is not None:
+            for _, spec in option_fields(entry.options):
+                owners.setdefault(spec.flag, []).append((entry.name, spec))
+    for flag, declared in owners.items():
+        spec = declared[0][1]
+        shared = all(other.choices == spec.choices for _, other in declared)
+        run.add_argument(
+            flag,
+            dest=PROVIDER_OPTION + flag,
+            metavar=spec.metavar,
+            choices=spec.choices if shared else None,
+            help=f"{', '.join(name for name, _ in declared)} only: {spec.help}",
+        )
+
+
+def given_provider_options(args: argparse.Namespace) -> dict[str, str]:
+    """The provider option flags given on the command line, and their text."""
+    return {
+        dest.removeprefix(PROVIDER_OPTION): value
+        for dest, value in vars(args).items()
+        if dest.startswith(PROVIDER_OPTION) and value is not None
+    }

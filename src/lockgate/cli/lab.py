@@ -1,0 +1,184 @@
+"""`lockgate lab`: the failure laboratory's runs, table, trace and scenario list."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .args import provider_names
+from .codes import EXIT_FAILED, EXIT_OK, UsageError
+from .output import observer, print_outcome
+from .process import temporary_directory, until_interrupted
+
+if TYPE_CHECKING:
+    from ..lab.runner import LabResult
+    from ..scripted.scenario import Scenario
+
+
+def _lab_table(results: Sequence[LabResult], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="lockgate lab")
+    for column in ("scenario", "provider", "transport", "expected", "observed"):
+        table.add_column(column)
+    for column in ("tools executed", "stream closed", "opening attempts", "server requests"):
+        table.add_column(column, justify="right")
+    table.add_column("client closed early", justify="right")
+    table.add_column("result")
+    for result in results:
+        server = result.server
+        table.add_row(
+            result.scenario.name,
+            result.provider,
+            result.transport,
+            result.scenario.expect.outcome,
+            result.observed,
+            str(result.tools_executed),
+            "yes" if result.streams_closed else "NO",
+            str(result.attempts),
+            str(server.requests) if server else "-",
+            str(server.closed_early) if server else "-",
+            "ok" if result.as_expected else "NOT AS EXPECTED: " + "; ".join(result.problems),
+        )
+    # On a terminal, fit its width; into a file or a pipe, never wrap.
+    width = None if out.isatty() else 1000
+    Console(file=out, width=width, highlight=False, soft_wrap=False).print(table)
+
+
+def _lab_record(result: LabResult) -> dict[str, Any]:
+    """One JSON record per lab run, with the same columns as the table."""
+    server = result.server
+    return {
+        "event": "lab_run",
+        "scenario": result.scenario.name,
+        "provider": result.provider,
+        "transport": result.transport,
+        "expected": result.scenario.expect.outcome,
+        "observed": result.observed,
+        "tools_executed": result.tools_executed,
+        "stream_closed": result.streams_closed,
+        "opening_attempts": result.attempts,
+        "server_requests": server.requests if server else None,
+        "client_closed_early": server.closed_early if server else None,
+        "as_expected": result.as_expected,
+        "problems": result.problems,
+    }
+
+
+async def run_lab(args: argparse.Namespace) -> int:
+    return await until_interrupted(_lab(args))
+
+
+def scenario_named(name: str) -> Scenario:
+    from ..lab.scenarios import SCENARIOS_BY_NAME
+
+    scenario = SCENARIOS_BY_NAME.get(name)
+    if scenario is None:
+        raise UsageError(f"unknown scenario {name!r} (see lockgate lab --help)")
+    return scenario
+
+
+def list_scenarios(providers: Sequence[str], json_lines: bool) -> int:
+    """One line per scenario that runs on any of `providers`: its name, the protocols it
+    runs on, the transports, what it must show, and what it plays."""
+    from ..display import JsonLinesDisplay
+    from ..lab.scenarios import SCENARIOS
+
+    chosen = [s for s in SCENARIOS if any(s.runs_on(provider) for provider in providers)]
+    if json_lines:
+        lines = JsonLinesDisplay(sys.stdout)
+        for scenario in chosen:
+            lines.emit(
+                {
+                    "event": "scenario",
+                    "name": scenario.name,
+                    "protocols": sorted(scenario.protocols or provider_names()),
+                    "transports": sorted(scenario.transports),
+                    "expected": scenario.expect.outcome,
+                    "summary": scenario.summary,
+                }
+            )
+        return EXIT_OK
+    width = max(len(scenario.name) for scenario in chosen)
+    for scenario in chosen:
+        protocols = "all" if scenario.protocols is None else ",".join(sorted(scenario.protocols))
+        http = " (http only)" if scenario.transports == frozenset({"http"}) else ""
+        print(
+            f"{scenario.name:<{width}}  {protocols:<9}  {scenario.expect.outcome:<19}  "
+            f"{scenario.summary}{http}"
+        )
+    print(f"{len(chosen)} scenarios")
+    return EXIT_OK
+
+
+async def _lab(args: argparse.Namespace) -> int:
+    from ..credentials import Redactor
+    from ..display import JsonLinesDisplay
+    from ..lab.runner import lab_runs, run_scenario
+    from ..session import SessionOutcome
+
+    if args.list:
+        if args.scenario is not None:
+            raise UsageError("--list lists every scenario; leave out --scenario")
+        return list_scenarios(
+            provider_names() if args.provider == "all" else [args.provider], args.json
+        )
+    with temporary_directory("lockgate-lab-"):
+        pass  # every run needs one: a missing temporary directory is said once, up front
+    providers = provider_names() if args.provider == "all" else [args.provider]
+    if args.scenario is None:
+        runs = lab_runs(None, providers, args.transport)
+        results = []
+        progress = sys.stderr.isatty() and not args.json
+        for number, (scenario, provider, kind) in enumerate(runs, start=1):
+            if progress:
+                label = f"{number}/{len(runs)} {scenario.name} ({provider}, {kind})"
+                sys.stderr.write(f"\r\x1b[2Klab: {label}")
+                sys.stderr.flush()
+            results.append(await run_scenario(scenario, kind, provider=provider))
+        if progress:
+            sys.stderr.write("\r\x1b[2K")
+        failed = [result for result in results if not result.as_expected]
+        if args.json:
+            lines = JsonLinesDisplay(sys.stdout)
+            for result in results:
+                lines.emit(_lab_record(result))
+        else:
+            _lab_table(results, sys.stdout)
+            print(f"{len(results) - len(failed)} of {len(results)} runs behaved as expected")
+        return EXIT_OK if not failed else EXIT_FAILED
+    scenario = scenario_named(args.scenario)
+    runs = lab_runs(scenario, providers, args.transport)
+    if not runs:
+        raise UsageError(
+            f"scenario {scenario.name} does not run on {args.provider} over {args.transport}"
+        )
+    redact = Redactor()
+    code = EXIT_OK
+    for _, provider, kind in runs:
+        print(f"== {scenario.name} ({provider}, {kind}) ==", file=sys.stderr)
+        display = observer(args.json, redact)
+        result = await run_scenario(scenario, kind, display, provider=provider)
+        print_outcome(
+            SessionOutcome(
+                result.observed, result.stopped, result.tools_executed, result.final_source
+            ),
+            result.usage,
+            display,
+            redact,
+        )
+        if isinstance(display, JsonLinesDisplay):
+            display.emit(_lab_record(result))
+        if result.as_expected:
+            print(f"scenario {scenario.name} ({provider}, {kind}): as expected", file=sys.stderr)
+        else:
+            problems = "; ".join(result.problems)
+            print(
+                f"scenario {scenario.name} ({provider}, {kind}): NOT AS EXPECTED: {problems}",
+                file=sys.stderr,
+            )
+            code = EXIT_FAILED
+    return code

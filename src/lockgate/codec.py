@@ -1,0 +1,53 @@
+"""The codec seam: what a provider gives the client for one protocol.
+
+A `ProviderCodec` encodes the portable history into a native request and makes a
+`StreamDecoder` per response stream, which turns that protocol's SSE events into normalized
+events (`events.StreamEvent`). The client and the gate speak only these; each provider
+implements them in its own folder (`providers/<name>/codec.py`, `decoder.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .conversation import Message, ToolSpec
+from .events import StreamEvent
+from .sse import ServerSentEvent
+
+__all__ = ["ProviderCodec", "StreamDecoder"]
+
+
+class StreamDecoder(Protocol):
+    """Turns one provider's SSE events into normalized events, for one response stream."""
+
+    def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
+        """The normalized events of one SSE event (none for pure progress). Raise
+        ResponseFailure (kind malformed_event) for bytes that are not a valid event of this
+        provider."""
+        ...
+
+    def end_of_stream(self) -> Sequence[StreamEvent]:
+        """The body ended cleanly (no reset). A protocol whose end is the end of the body
+        may complete here; others return nothing (the client then reports the end)."""
+        ...
+
+
+class ProviderCodec(Protocol):
+    """Encodes portable history for one provider and makes decoders for its streams.
+
+    `producer` names the provider and model (e.g. `responses:gpt-5`); assistant messages
+    are stamped with it, and native items (reasoning, provider output) are replayed only to
+    the same producer.
+    """
+
+    @property
+    def producer(self) -> str: ...
+
+    def encode(self, history: Sequence[Message], tools: Sequence[ToolSpec]) -> dict[str, Any]:
+        """Build the native request body (without transport concerns)."""
+        ...
+
+    def new_decoder(self) -> StreamDecoder:
+        """A decoder for one response stream."""
+        ...

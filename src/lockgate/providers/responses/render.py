@@ -1,0 +1,413 @@
+"""The Responses protocol in the lab: replies rendered as the live API streams them, the
+non-streaming response object, OpenAI error bodies, and the scenarios only Responses has
+(its output snapshot, response identity, background mode, reasoning items, native
+continuation, provider-executed items).
+
+`ResponseBuilder` authors realistic streams: sequence numbers, item ids, content parts,
+argument fragments and per-item `.done` events, and complete `response` objects (every
+field the SDK's types require).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ...scripted.renderer import Frame, typed_sse_frame, walk
+from ...scripted.reply import (
+    Call,
+    OpeningError,
+    ProviderTool,
+    Refuse,
+    Reply,
+    ReplyUsage,
+    Say,
+    Think,
+    argument_pieces,
+    argument_text,
+    split,
+)
+from ...scripted.script import Faults, Turn
+from ..openai.render import openai_error_body, openai_reset_headers
+
+CREATED_AT = 1_760_000_000
+
+
+def _usage_object(usage: ReplyUsage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_input_tokens},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+class ResponseBuilder:
+    """Authors a realistic Responses event stream."""
+
+    def __init__(self, response_id: str, model: str = "gpt-4.1-mini") -> None:
+        self.response_id = response_id
+        self.model = model
+        self.events: list[dict[str, Any]] = []
+        self.output: list[dict[str, Any]] = []
+
+    def _emit(self, event: dict[str, Any]) -> ResponseBuilder:
+        event["sequence_number"] = len(self.events)
+        self.events.append(event)
+        return self
+
+    def response(self, status: str, **extra: Any) -> dict[str, Any]:
+        """A complete response object (the fields the SDK's `Response` type requires)."""
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": CREATED_AT,
+            "model": self.model,
+            "status": status,
+            "output": list(self.output) if status != "in_progress" else [],
+            "parallel_tool_calls": False,
+            "tool_choice": "auto",
+            "tools": [],
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "metadata": {},
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "usage": None,
+            **extra,
+        }
+
+    def created(self, response_id: str | None = None) -> ResponseBuilder:
+        response = self.response("in_progress")
+        if response_id is not None:
+            response["id"] = response_id
+        self._emit({"type": "response.created", "response": response})
+        return self._emit(
+            {"type": "response.in_progress", "response": self.response("in_progress")}
+        )
+
+    def queued(self) -> ResponseBuilder:
+        """Background mode: `response.queued`, then `response.in_progress`, no `created`."""
+        self._emit({"type": "response.queued", "response": self.response("queued")})
+        return self._emit(
+            {"type": "response.in_progress", "response": self.response("in_progress")}
+        )
+
+    def _message(
+        self, item_id: str, kind: Literal["output_text", "refusal"], text: str, pieces: int
+    ) -> ResponseBuilder:
+        index = len(self.output)
+        added = {
+            "id": item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        if kind == "output_text":
+            empty: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
+            done_part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
+        else:
+            empty = {"type": "refusal", "refusal": ""}
+            done_part = {"type": "refusal", "refusal": text}
+        where = {"item_id": item_id, "output_index": index, "content_index": 0}
+        self._emit({"type": "response.content_part.added", **where, "part": empty})
+        delta_type = (
+            "response.output_text.delta" if kind == "output_text" else "response.refusal.delta"
+        )
+        for piece in split(text, pieces):
+            event: dict[str, Any] = {"type": delta_type, **where, "delta": piece}
+            if kind == "output_text":
+                event["logprobs"] = []
+            self._emit(event)
+        if kind == "output_text":
+            self._emit({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+        else:
+            self._emit({"type": "response.refusal.done", **where, "refusal": text})
+        self._emit({"type": "response.content_part.done", **where, "part": done_part})
+        item = {
+            "id": item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [done_part],
+        }
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def text(self, item_id: str, text: str, pieces: int = 4) -> ResponseBuilder:
+        return self._message(item_id, "output_text", text, pieces)
+
+    def refusal(self, item_id: str, text: str) -> ResponseBuilder:
+        return self._message(item_id, "refusal", text, 2)
+
+    def call(
+        self,
+        item_id: str,
+        call_id: str,
+        name: str,
+        arguments: str | Mapping[str, Any],
+        pieces: int = 5,
+        *,
+        finish: bool = True,
+        status: str = "completed",
+    ) -> ResponseBuilder:
+        """A function call item; with `finish=False` the stream stops mid-arguments."""
+        text = argument_text(arguments)
+        index = len(self.output)
+        base = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name}
+        added = {**base, "status": "in_progress", "arguments": ""}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        sent = argument_pieces(text, pieces, cut=not finish)
+        for piece in sent:
+            self._emit(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item_id,
+                    "output_index": index,
+                    "delta": piece,
+                }
+            )
+        if not finish:
+            return self
+        self._emit(
+            {
+                "type": "response.function_call_arguments.done",
+                "item_id": item_id,
+                "output_index": index,
+                "name": name,
+                "arguments": text,
+            }
+        )
+        item = {**base, "status": status, "arguments": text}
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def reasoning(self, item: dict[str, Any], pieces: int = 3) -> ResponseBuilder:
+        """A reasoning item: added (empty), its summary as deltas, then done (whole item)."""
+        index = len(self.output)
+        added = {"id": item["id"], "type": "reasoning", "summary": []}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        for part_index, part in enumerate(item.get("summary", [])):
+            for piece in split(str(part.get("text", "")), pieces):
+                self._emit(
+                    {
+                        "type": "response.reasoning_summary_text.delta",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "summary_index": part_index,
+                        "delta": piece,
+                    }
+                )
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def output_item(self, item: dict[str, Any]) -> ResponseBuilder:
+        """An output item of any other type, added and done at once."""
+        index = len(self.output)
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": item})
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def web_search(self, item_id: str, query: str) -> ResponseBuilder:
+        """A provider-executed web search, with its progress events and complete item."""
+        index = len(self.output)
+        item = {
+            "id": item_id,
+            "type": "web_search_call",
+            "status": "completed",
+            "action": {"type": "search", "query": query},
+        }
+        added = {**item, "status": "in_progress"}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        for stage in ("in_progress", "searching", "completed"):
+            self._emit(
+                {
+                    "type": f"response.web_search_call.{stage}",
+                    "item_id": item_id,
+                    "output_index": index,
+                }
+            )
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def completed(
+        self,
+        output: list[dict[str, Any]] | None = None,
+        response_id: str | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> ResponseBuilder:
+        response = self.response("completed", usage=usage or _usage_object(ReplyUsage()))
+        if output is not None:
+            response["output"] = output
+        if response_id is not None:
+            response["id"] = response_id
+        return self._emit({"type": "response.completed", "response": response})
+
+    def incomplete(
+        self, reason: str = "max_output_tokens", usage: dict[str, Any] | None = None
+    ) -> ResponseBuilder:
+        response = self.response("incomplete", incomplete_details={"reason": reason}, usage=usage)
+        return self._emit({"type": "response.incomplete", "response": response})
+
+    def failed(self, code: str, message: str) -> ResponseBuilder:
+        response = self.response("failed", error={"code": code, "message": message})
+        return self._emit({"type": "response.failed", "response": response})
+
+    def error(self, code: str, message: str, *, nested: bool = False) -> ResponseBuilder:
+        if nested:
+            body: dict[str, Any] = {
+                "error": {"type": "server_error", "code": code, "message": message, "param": None}
+            }
+        else:
+            body = {"code": code, "message": message, "param": None}
+        return self._emit({"type": "error", **body})
+
+    def raw(self, event: dict[str, Any]) -> ResponseBuilder:
+        return self._emit(dict(event))
+
+    def turn(self, faults: Faults | None = None, **options: Any) -> Turn:
+        return Turn(events=tuple(self.events), faults=faults or Faults(), **options)
+
+
+def reasoning_item(item_id: str, text: str, opaque: str = "") -> dict[str, Any]:
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": text}],
+        "encrypted_content": opaque or f"gAAAAB-opaque-{item_id}-do-not-touch==",
+    }
+
+
+class _Reply:
+    """A neutral reply, part by part, as the Responses API streams it (`walk`)."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.builder = ResponseBuilder(reply.response_id, reply.model).created()
+        self._suffix = reply.response_id.removeprefix("resp_")
+
+    def say(self, part: Say, number: int) -> None:
+        self.builder.text(f"msg_{self._suffix}_{number}", part.text, part.pieces)
+
+    def refuse(self, part: Refuse, number: int) -> None:
+        self.builder.refusal(f"msg_{self._suffix}_{number}", part.text)
+
+    def think(self, part: Think, number: int) -> None:
+        item = reasoning_item(f"rs_{self._suffix}_{number}", part.text, part.opaque)
+        self.builder.reasoning(item, part.pieces)
+
+    def call(self, part: Call, number: int) -> None:
+        self.builder.call(
+            f"fc_{self._suffix}_{number}",
+            part.call_id,
+            part.name,
+            part.argument_text,
+            part.pieces,
+            finish=not part.cut,
+        )
+
+    def provider_tool(self, part: ProviderTool, number: int) -> None:
+        self.builder.web_search(f"ws_{self._suffix}_{number}", part.query)
+
+    def broken(self, number: int) -> None:
+        broken = '{"type": "response.output_text.delta", "item_id": "msg_x", "delta": "unterminat'
+        self.builder.raw({"raw": f"event: response.output_text.delta\ndata: {broken}\n\n"})
+
+    def end(self, reply: Reply) -> None:
+        usage = _usage_object(reply.usage) if reply.usage is not None else None
+        if reply.ending == "complete":
+            self.builder.completed(usage=usage)
+        elif reply.ending == "truncated":
+            self.builder.incomplete("max_output_tokens", usage)
+        elif reply.ending == "error":
+            self.builder.error(reply.error_code, reply.error_message, nested=True)
+        elif reply.ending == "failed":
+            self.builder.failed(reply.error_code, reply.error_message)
+        # "paused" has no Responses form; "open" sends no terminal event.
+
+
+def render(reply: Reply) -> ResponseBuilder:
+    """A neutral reply as the Responses API streams it."""
+    stream = _Reply(reply)
+    walk(reply, stream)
+    return stream.builder
+
+
+class ResponsesRenderer:
+    """The Responses side of the lab and of `lockgate serve --provider responses`."""
+
+    provider = "responses"
+    path = "/v1/responses"
+
+    def base_url(self, origin: str) -> str:
+        return f"{origin}/v1"
+
+    def events(self, reply: Reply) -> list[Frame]:
+        return list(render(reply).events)
+
+    def frame(self, event: Frame) -> bytes:
+        return typed_sse_frame(event)
+
+    def endless_event(self, kind: Literal["text", "unknown"]) -> Frame:
+        if kind == "text":
+            return {
+                "type": "response.output_text.delta",
+                "item_id": "msg_endless",
+                "delta": "more ",
+            }
+        return {"type": "response.future_event", "note": "unknown events are progress"}
+
+    def completion(self, reply: Reply) -> dict[str, Any]:
+        builder = render(reply)
+        terminal = builder.events[-1] if builder.events else {}
+        response = terminal.get("response")
+        if isinstance(response, dict):
+            return response
+        return builder.response(
+            "failed", error={"code": reply.error_code, "message": reply.error_message}
+        )
+
+    def error_body(self, error: OpeningError) -> dict[str, Any]:
+        return openai_error_body(error)
+
+    def reset_headers(self, seconds: float) -> dict[str, str]:
+        return openai_reset_headers(seconds)
+
+    def answers(self, path: str) -> bool:
+        return path.split("?", 1)[0] == self.path
+
+    def is_streaming(self, path: str, body: object) -> bool:
+        return isinstance(body, dict) and body.get("stream") is True
+
+    def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
+        items = list(request.get("input", []))
+        for index, item in enumerate(items):
+            if item.get("type") == "function_call" and item.get("call_id") == call_id:
+                following = items[index + 1] if index + 1 < len(items) else {}
+                if (
+                    following.get("type") == "function_call_output"
+                    and following.get("call_id") == call_id
+                ):
+                    return str(following.get("output", ""))
+        return None
+
+
+def sse_bytes(event: Frame) -> bytes:
+    """One Responses event as an SSE frame (`event:` line, `data:` line, blank line)."""
+    return ResponsesRenderer().frame(event)
+
+
+RENDERER = ResponsesRenderer()

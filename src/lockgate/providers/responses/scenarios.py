@@ -1,0 +1,363 @@
+"""The Responses provider's own lab scenarios: the rules and quirks only this protocol has,
+beside the neutral scenarios every protocol runs (`lockgate.lab.scenarios`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import FailureKind
+from ...scripted.renderer import Frame
+from ...scripted.scenario import (
+    EDIT_FIX,
+    LabOptions,
+    Observation,
+    Scenario,
+    answered,
+    failure,
+    finished,
+    own,
+)
+from ...scripted.script import Faults, Turn
+from .options import ResponsesOptions
+from .render import (
+    ResponseBuilder,
+    ResponsesRenderer,
+    reasoning_item,
+    render,
+    sse_bytes,
+)
+
+# --- Responses-only scenarios ----------------------------------------------------------------
+
+
+def _edit_stream(response_id: str) -> ResponseBuilder:
+    return ResponseBuilder(response_id).created().text("msg_1", "I'll fix the bug now.")
+
+
+def changed_call_turns() -> list[Turn]:
+    builder = _edit_stream("resp_changed").call("fc_1", "call_1", "edit", EDIT_FIX)
+    changed = [dict(item) for item in builder.output]
+    changed[-1]["arguments"] = '{"path": "calculator.py", "old": "return a - b", "new": "return 0"}'
+    return [builder.completed(output=changed).turn()]
+
+
+def missing_call_turns() -> list[Turn]:
+    builder = _edit_stream("resp_missing")
+    builder.call("fc_1", "call_1", "read", {"path": "calculator.py"})
+    builder.call("fc_2", "call_2", "edit", EDIT_FIX)
+    return [builder.completed(output=builder.output[:-1]).turn()]
+
+
+def duplicate_start_turns() -> list[Turn]:
+    builder = ResponseBuilder("resp_dup").created().created()
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    return [builder.completed().turn()]
+
+
+def wrong_response_id_turns() -> list[Turn]:
+    builder = _edit_stream("resp_right").call("fc_1", "call_1", "edit", EDIT_FIX)
+    return [builder.completed(response_id="resp_other").turn()]
+
+
+def unsupported_item_turns() -> list[Turn]:
+    builder = ResponseBuilder("resp_unsupported").created()
+    builder.output_item(
+        {
+            "id": "cu_1",
+            "type": "computer_call",
+            "call_id": "call_cu",
+            "action": {"type": "screenshot"},
+            "pending_safety_checks": [],
+            "status": "completed",
+        }
+    )
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    return [builder.completed().turn()]
+
+
+def incomplete_call_turns() -> list[Turn]:
+    builder = _edit_stream("resp_incomplete_item")
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX, status="incomplete")
+    return [builder.completed().turn()]
+
+
+def response_failed_turns() -> list[Turn]:
+    builder = _edit_stream("resp_failed")
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX, finish=False)
+    return [builder.failed("server_error", "Something went wrong.").turn()]
+
+
+def done_sentinel_turns() -> list[Turn]:
+    builder = ResponseBuilder("resp_done").created().text("msg_1", "A gateway's [DONE] is fine.")
+    return [builder.completed().turn(faults=Faults(done_sentinel=True))]
+
+
+def data_only_turns() -> list[Turn]:
+    """A gateway that sends no `event:` lines and ends with `data: [DONE]` (Bedrock, OpenRouter)."""
+    builder = ResponseBuilder("resp_gateway").created()
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    builder.completed()
+    frames: list[Frame] = [
+        {"raw": f"data: {json.dumps(event, separators=(',', ':'))}\n\n"} for event in builder.events
+    ]
+    frames.append({"raw": "data: [DONE]\n\n"})
+    answer = ResponseBuilder("resp_gateway_2").created().text("msg_1", "Fixed.").completed()
+    return [Turn(events=tuple(frames)), answer.turn()]
+
+
+def background_start_turns() -> list[Turn]:
+    builder = ResponseBuilder("resp_background").queued()
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    answer = ResponseBuilder("resp_background_2").created().text("msg_1", "Fixed.").completed()
+    return [builder.completed().turn(), answer.turn()]
+
+
+def provider_tool_turns() -> list[Turn]:
+    builder = ResponseBuilder("resp_search").created()
+    builder.web_search("ws_1", "python add function subtracts")
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    answer = ResponseBuilder("resp_search_2").created().text("msg_1", "Fixed.").completed()
+    return [builder.completed().turn(), answer.turn()]
+
+
+def check_provider_tool(observation: Observation) -> list[str]:
+    items = list(observation.requests[1].get("input", []))
+    types = [item.get("type") for item in items]
+    if "web_search_call" not in types:
+        return ["the provider-executed web_search_call was not replayed"]
+    searched = items[types.index("web_search_call")]
+    if searched.get("action") != {"type": "search", "query": "python add function subtracts"}:
+        return ["the web_search_call was not replayed unchanged"]
+    if types.index("web_search_call") > types.index("function_call"):
+        return ["the web_search_call lost its place before the call"]
+    return []
+
+
+REASONING_MODEL = "o4-mini"
+
+
+def reasoning_replay_turns() -> list[Turn]:
+    first = ResponseBuilder("resp_reason_1", REASONING_MODEL).created()
+    first.reasoning(reasoning_item("rs_1", "Look at the files first."))
+    first.call("fc_1", "call_1", "discover", {})
+    answer = (
+        ResponseBuilder("resp_reason_2", REASONING_MODEL)
+        .created()
+        .text("msg_1", "The bug is in add.")
+    )
+    return [first.completed().turn(), answer.completed().turn()]
+
+
+def reasoning_orphan_guard_turns() -> list[Turn]:
+    first = ResponseBuilder("resp_orphan_1", REASONING_MODEL).created()
+    first.reasoning(reasoning_item("rs_1", "Discover first."))
+    first.call("fc_1", "call_1", "discover", {})
+    first.reasoning(reasoning_item("rs_2", "A trailing thought with no call after it."))
+    answer = ResponseBuilder("resp_orphan_2", REASONING_MODEL).created().text("msg_1", "Done.")
+    return [first.completed().turn(), answer.completed().turn()]
+
+
+def _input_types(request: Mapping[str, Any]) -> list[str]:
+    return [str(item.get("type") or item.get("role")) for item in request.get("input", [])]
+
+
+def check_reasoning_replay(observation: Observation) -> list[str]:
+    problems = []
+    first, second = observation.requests[0], observation.requests[1]
+    if first.get("include") != ["reasoning.encrypted_content"] or first.get("store") is not False:
+        problems.append("the first request must ask for encrypted reasoning with store: false")
+    items = list(second.get("input", []))
+    expected = reasoning_item("rs_1", "Look at the files first.")
+    positions = [i for i, item in enumerate(items) if item.get("type") == "reasoning"]
+    if len(positions) != 1 or items[positions[0]] != expected:
+        problems.append("the reasoning item was not replayed exactly once, unchanged")
+    elif items[positions[0] + 1].get("call_id") != "call_1":
+        problems.append("the reasoning item does not immediately precede its call")
+    return problems
+
+
+def check_orphan_guard(observation: Observation) -> list[str]:
+    items = list(observation.requests[1].get("input", []))
+    reasoning = [item.get("id") for item in items if item.get("type") == "reasoning"]
+    problems = (
+        [] if reasoning == ["rs_1"] else [f"replayed reasoning {reasoning}, expected ['rs_1']"]
+    )
+    for index, item in enumerate(items):
+        following = items[index + 1] if index + 1 < len(items) else {}
+        if item.get("type") == "reasoning" and following.get("type") != "function_call":
+            problems.append(f"orphan reasoning item {item.get('id')} was sent")
+    return problems
+
+
+def _call_turn(number: int, name: str, arguments: dict[str, str]) -> Turn:
+    builder = ResponseBuilder(f"resp_repair_{number}").created()
+    builder.call(f"fc_repair_{number}", f"call_repair_{number}", name, arguments)
+    return builder.completed().turn()
+
+
+def native_continuation_turns() -> list[Turn]:
+    return [
+        _call_turn(1, "discover", {}),
+        _call_turn(2, "read", {"path": "README.md"}),
+        ResponseBuilder("resp_repair_3")
+        .created()
+        .text("msg_3", "The bug is in add.")
+        .completed()
+        .turn(),
+    ]
+
+
+def check_native_continuation(observation: Observation) -> list[str]:
+    problems = []
+    first, second, third = observation.requests
+    if first.get("store") is not True or "previous_response_id" in first:
+        problems.append("the first request must store and carry no previous_response_id")
+    if len(first.get("input", [])) != 2:
+        problems.append("the first request must carry the full history (system + user)")
+    for request, previous, call_id in (
+        (second, "resp_repair_1", "call_repair_1"),
+        (third, "resp_repair_2", "call_repair_2"),
+    ):
+        if request.get("previous_response_id") != previous:
+            got = request.get("previous_response_id")
+            problems.append(f"expected previous_response_id {previous}, got {got}")
+        items = list(request.get("input", []))
+        if [i.get("type") for i in items] != ["function_call_output"] or items[0].get(
+            "call_id"
+        ) != call_id:
+            problems.append(f"expected only the output of {call_id}, got {_input_types(request)}")
+    return problems
+
+
+def lifecycle_violation_turns() -> list[Turn]:
+    # A custom provider streams a read, then claims success with a different call list.
+    events: list[Mapping[str, Any]] = [
+        {"type": "started", "response_id": "cr_1"},
+        {"type": "text", "delta": "Reading the README."},
+        {"type": "call", "item_id": "it_1", "call_id": "call_1", "name": "read"},
+        {"type": "arguments", "item_id": "it_1", "delta": '{"path": "README.md"}'},
+        {
+            "type": "completed",
+            "response_id": "cr_1",
+            "finish_reason": "tool_calls",
+            "text": "Reading the README.",
+            "calls": [
+                {
+                    "item_id": "it_2",
+                    "call_id": "call_2",
+                    "name": "edit",
+                    "arguments": json.dumps(EDIT_FIX),
+                }
+            ],
+        },
+    ]
+    return [Turn(events=tuple(events))]
+
+
+_FIXED = finished(2, 1, fixed=True)
+
+SCENARIOS: tuple[Scenario, ...] = own(
+    "responses",
+    Scenario(
+        "changed-call",
+        "terminal arguments differ from the streamed ones",
+        failure(FailureKind.CALL_MISMATCH, closed_early=0),
+        changed_call_turns,
+    ),
+    Scenario(
+        "missing-call",
+        "the terminal output omits a streamed call",
+        failure(FailureKind.CALL_MISMATCH, closed_early=0),
+        missing_call_turns,
+    ),
+    Scenario(
+        "duplicate-start",
+        "response.created twice",
+        failure(FailureKind.LIFECYCLE),
+        duplicate_start_turns,
+    ),
+    Scenario(
+        "wrong-response-id",
+        "response.completed names another response",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        wrong_response_id_turns,
+    ),
+    Scenario(
+        "unsupported-item",
+        "an output item asking for a client action lockgate cannot run (computer_call)",
+        failure(FailureKind.UNSUPPORTED_OUTPUT, closed_early=0),
+        unsupported_item_turns,
+    ),
+    Scenario(
+        "incomplete-call-item",
+        "a completed response whose function_call item the provider marks incomplete",
+        failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
+        incomplete_call_turns,
+    ),
+    Scenario(
+        "response-failed",
+        "response.failed mid-arguments",
+        failure(FailureKind.RESPONSE_FAILED, closed_early=0),
+        response_failed_turns,
+    ),
+    Scenario(
+        "done-sentinel",
+        "a gateway's trailing data: [DONE] after response.completed",
+        answered(answer="A gateway's [DONE] is fine."),
+        done_sentinel_turns,
+    ),
+    Scenario(
+        "data-only-gateway",
+        "no event: lines (the type only in the JSON), then data: [DONE]",
+        _FIXED,
+        data_only_turns,
+    ),
+    Scenario(
+        "background-start",
+        "background mode: response.queued first, no response.created",
+        _FIXED,
+        background_start_turns,
+    ),
+    Scenario(
+        "provider-tool-item",
+        "a web_search_call the provider ran itself: accepted, replayed in place, never executed",
+        _FIXED,
+        provider_tool_turns,
+        check=check_provider_tool,
+    ),
+    Scenario(
+        "reasoning-replay",
+        "reasoning item + call, then an answer: the item is replayed before its call",
+        finished(2, 1),
+        reasoning_replay_turns,
+        options=LabOptions(model=REASONING_MODEL),
+        check=check_reasoning_replay,
+    ),
+    Scenario(
+        "reasoning-orphan-guard",
+        "a trailing reasoning item with no item after it is never sent",
+        finished(2, 1),
+        reasoning_orphan_guard_turns,
+        options=LabOptions(model=REASONING_MODEL),
+        check=check_orphan_guard,
+    ),
+    Scenario(
+        "native-continuation",
+        "store: true; continued requests carry previous_response_id and only new items",
+        finished(3, 2),
+        native_continuation_turns,
+        options=LabOptions(provider_options=ResponsesOptions(continuation="native")),
+        check=check_native_continuation,
+    ),
+    Scenario(
+        "lifecycle-violation",
+        "a custom provider reports success with a call list other than it streamed",
+        failure(FailureKind.CALL_MISMATCH, closed_early=0),
+        lifecycle_violation_turns,
+        options=LabOptions(neutral=True),
+    ),
+)
+
+__all__ = ["ResponseBuilder", "ResponsesRenderer", "reasoning_item", "render", "sse_bytes"]

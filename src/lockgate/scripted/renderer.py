@@ -1,0 +1,126 @@
+"""The seam through which a protocol renders the lab's neutral replies
+(`providers/<name>/render.py`), and the one walk over a reply's parts every renderer uses.
+
+A renderer turns a `Reply` into its protocol's native events and bytes, and knows the rest
+of the protocol's wire that the scripted server and the lab need: the request path, error
+bodies, rate-limit headers, the non-streaming answer, where a tool result goes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
+
+from .reply import Broken, Call, OpeningError, ProviderTool, Refuse, Reply, Say, Think
+
+Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
+
+
+def typed_sse_frame(event: Frame) -> bytes:
+    """A protocol whose events carry their `type` (Responses, Anthropic): `event: <type>`
+    and the compact JSON as `data`; `{"raw": …}` verbatim."""
+    if "raw" in event and "type" not in event:
+        return str(event["raw"]).encode()
+    data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+
+
+class Renderer(Protocol):
+    """One protocol's side of the lab and of `lockgate serve`."""
+
+    @property
+    def provider(self) -> str:
+        """The registry name (`responses`, `chat`, `anthropic`)."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """The POST path the scripted server answers (e.g. `/v1/responses`), as a client
+        of the lab's model asks it."""
+        ...
+
+    def answers(self, path: str) -> bool:
+        """Whether a POST to `path` (its query string included) is this protocol's request
+        (a protocol that names the model in the path matches more than one path)."""
+        ...
+
+    def base_url(self, origin: str) -> str:
+        """The base URL a client of this protocol is given for a server at `origin`
+        (`http://127.0.0.1:PORT`), as its SDK takes it."""
+        ...
+
+    def events(self, reply: Reply) -> list[Frame]:
+        """The native stream events of a reply."""
+        ...
+
+    def frame(self, event: Frame) -> bytes:
+        """One native event as SSE bytes (`{"raw": …}` verbatim)."""
+        ...
+
+    def endless_event(self, kind: Literal["text", "unknown"]) -> Frame:
+        """An event repeated forever by the `endless` fault."""
+        ...
+
+    def completion(self, reply: Reply) -> dict[str, Any]:
+        """The non-streaming JSON response for the same reply (`stream: false`)."""
+        ...
+
+    def error_body(self, error: OpeningError) -> dict[str, Any]:
+        """The protocol's JSON error body for an opening error."""
+        ...
+
+    def reset_headers(self, seconds: float) -> dict[str, str]:
+        """Rate-limit headers saying the request limit is exhausted and resets in
+        `seconds` (the token limit with capacity left)."""
+        ...
+
+    def is_streaming(self, path: str, body: object) -> bool:
+        """Whether a request (its path and JSON body) asks for a stream."""
+        ...
+
+    def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
+        """The result a request sends back for `call_id`, if it is where the protocol
+        wants it (right after its call / first in the next user message); else None."""
+        ...
+
+
+class ReplyBuilder(Protocol):
+    """What a renderer does with each kind of reply part (`number`: the part's 1-based
+    position, for the ids a protocol derives from it), and with the reply's ending."""
+
+    def say(self, part: Say, number: int) -> None: ...
+
+    def think(self, part: Think, number: int) -> None: ...
+
+    def refuse(self, part: Refuse, number: int) -> None: ...
+
+    def call(self, part: Call, number: int) -> None: ...
+
+    def provider_tool(self, part: ProviderTool, number: int) -> None: ...
+
+    def broken(self, number: int) -> None:
+        """A frame whose JSON is cut off."""
+        ...
+
+    def end(self, reply: Reply) -> None:
+        """The terminal event `reply.ending` asks for (none for `open`)."""
+        ...
+
+
+def walk(reply: Reply, builder: ReplyBuilder) -> None:
+    """Every part the reply sends (up to a cut call), in order, then its ending."""
+    for number, part in enumerate(reply.sent_parts, start=1):
+        if isinstance(part, Say):
+            builder.say(part, number)
+        elif isinstance(part, Think):
+            builder.think(part, number)
+        elif isinstance(part, Refuse):
+            builder.refuse(part, number)
+        elif isinstance(part, Call):
+            builder.call(part, number)
+        elif isinstance(part, ProviderTool):
+            builder.provider_tool(part, number)
+        elif isinstance(part, Broken):
+            builder.broken(number)
+    builder.end(reply)
