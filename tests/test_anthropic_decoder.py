@@ -34,8 +34,9 @@ from lockgate.events import (
 )
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import Decision, InvalidBatch, ResponseGate
-from lockgate.providers.anthropic.decoder import AnthropicDecoder, normalize_usage
+from lockgate.providers.anthropic.decoder import USAGE_FIELDS, AnthropicDecoder
 from lockgate.providers.anthropic.render import AnthropicRenderer, MessageBuilder
+from lockgate.providers.decoding import usage_from
 from lockgate.scripted.reply import Call, ProviderTool, Reply, ReplyUsage, Say, Think
 from lockgate.scripted.script import fragments
 from lockgate.sse import ServerSentEvent, SSEDecoder
@@ -754,7 +755,9 @@ def test_usage_is_cumulative_and_normalized() -> None:
 
 
 def test_usage_of_old_streams_with_only_output_tokens_in_message_delta() -> None:
-    assert normalize_usage({"input_tokens": 9, "output_tokens": 3}) == Usage(9, 0, 3, 0, 12, 0)
+    assert usage_from({"input_tokens": 9, "output_tokens": 3}, USAGE_FIELDS) == Usage(
+        9, 0, 3, 0, 12, 0
+    )
 
 
 def test_usage_is_attached_to_a_truncation_and_not_to_an_error() -> None:

@@ -36,8 +36,8 @@ from lockgate.providers.chat.decoder import (
     MAX_REASONING_DETAILS_CHARS,
     MAX_REASONING_DETAILS_ENTRIES,
     ChatDecoder,
-    synthesized_call_id,
 )
+from lockgate.providers.decoding import synthesized_call_id
 from lockgate.sse import ServerSentEvent
 
 DONE = "[DONE]"
@@ -1258,3 +1258,19 @@ def test_any_split_of_the_arguments_gives_the_same_decision(
 def test_text_deltas_are_the_same_events_as_sent() -> None:
     events = decode_all(text("a"), text("b"))
     assert events[1:] == [TextDelta("a"), TextDelta("b")]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"error": {"code": {"nested": 1}, "message": "odd"}},
+        {"error": {"type": ["a"], "message": "odd"}},
+        {"error": {"code": None, "type": None, "status": 7.5}},
+    ],
+)
+def test_an_error_whose_code_is_not_text_is_still_a_provider_error(error: dict[str, Any]) -> None:
+    # A code or type that is an object or a list crashed the decoder (unhashable) before
+    # the decoding kit read errors once for every protocol.
+    outcome = run(chunk({"role": "assistant", "content": ""}), error)
+    assert outcome.failure.kind is FailureKind.PROVIDER_ERROR
+    assert not outcome.failure.transient

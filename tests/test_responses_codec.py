@@ -188,11 +188,19 @@ def test_error_event_flat_and_nested_shapes() -> None:
             },
         }
     )
+    # One transience rule for every protocol: a server error or a rate limit may pass.
     assert flat == ProviderReportedFailure(
-        FailureKind.PROVIDER_ERROR, "provider error: boom", "server_error"
+        FailureKind.PROVIDER_ERROR, "provider error: boom", "server_error", transient=True
+    )
+    invalid = decode({"type": "error", "code": "invalid_prompt", "message": "no"})
+    assert invalid == ProviderReportedFailure(
+        FailureKind.PROVIDER_ERROR, "provider error: no", "invalid_prompt"
     )
     assert nested == ProviderReportedFailure(
-        FailureKind.PROVIDER_ERROR, "provider error: slow down", "rate_limit_exceeded"
+        FailureKind.PROVIDER_ERROR,
+        "provider error: slow down",
+        "rate_limit_exceeded",
+        transient=True,
     )
 
 

@@ -88,7 +88,6 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...conversation import Usage
 from ...errors import FailureKind, ResponseFailure
 from ...events import (
     FINISH_PAUSED,
@@ -100,33 +99,40 @@ from ...events import (
     ProviderReportedFailure,
     ReasoningDelta,
     ResponseCompleted,
+    ResponseStarted,
     StreamEvent,
     TextBuffer,
     TextDelta,
     ToolArgumentsDelta,
     ToolCallStarted,
 )
-from ...events import ResponseStarted as _Started
-from ...jsonlimits import MAX_EVENT_DEPTH, parse_event, parse_json
+from ...jsonlimits import MAX_EVENT_DEPTH, parse_json
 from ...sse import ServerSentEvent
-from ..decoding import AFTER_END, CONTENT_BEGAN, NOTHING, provider_error_message
-from ..decoding import malformed as _malformed
-from ..decoding import object_field as _object
-from ..decoding import optional_string_field as _optional_string
-from ..decoding import string_field as _string
-from ..decoding import token_count as _count
+from ..decoding import (
+    AFTER_END,
+    CONTENT_BEGAN,
+    NOTHING,
+    Finish,
+    UsageFields,
+    finish_event,
+    malformed,
+    object_field,
+    optional_string_field,
+    provider_error,
+    string_field,
+    typed_event,
+    usage_from,
+)
 
 __all__ = [
+    "FINISHES",
     "MAX_PROVIDER_BLOCK_BYTES",
     "PROVIDER_INPUT_BLOCKS",
-    "TRANSIENT_ERRORS",
+    "USAGE_FIELDS",
     "AnthropicDecoder",
     "is_provider_block",
-    "normalize_usage",
 ]
 
-# In-stream error types after which a new request may succeed.
-TRANSIENT_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 # Provider-executed blocks whose input streams as `input_json_delta`.
 PROVIDER_INPUT_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 # The bound on one provider block's streamed input: the gate's bound on native output,
@@ -134,22 +140,39 @@ PROVIDER_INPUT_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use"})
 MAX_PROVIDER_BLOCK_BYTES = MAX_NATIVE_BYTES
 # Provider-executed blocks that arrive whole (besides every `*_tool_result`).
 _PROVIDER_WHOLE_BLOCKS = frozenset({"container_upload"})
-_TRUNCATED = {
-    "max_tokens": "response incomplete: the output-token limit cut it off",
-    "model_context_window_exceeded": "response incomplete: the context window was exceeded",
+# Native stop reasons (`message_delta.delta.stop_reason`).
+FINISHES: dict[str, Finish] = {
+    "tool_use": Finish(FINISH_WITH_CALLS),
+    "end_turn": Finish(FINISH_WITHOUT_CALLS),
+    "stop_sequence": Finish(FINISH_WITHOUT_CALLS),
+    "pause_turn": Finish(FINISH_PAUSED),
+    "refusal": Finish(FINISH_REFUSED),
+    "max_tokens": Finish(
+        failure=FailureKind.RESPONSE_INCOMPLETE,
+        message="response incomplete: the output-token limit cut it off",
+        truncated=True,
+    ),
+    "model_context_window_exceeded": Finish(
+        failure=FailureKind.RESPONSE_INCOMPLETE,
+        message="response incomplete: the context window was exceeded",
+        truncated=True,
+    ),
 }
-_COMPLETED = {
-    "tool_use": FINISH_WITH_CALLS,
-    "end_turn": FINISH_WITHOUT_CALLS,
-    "stop_sequence": FINISH_WITHOUT_CALLS,
-    "pause_turn": FINISH_PAUSED,
-    "refusal": FINISH_REFUSED,
-}
-_USAGE_FIELDS = (
+# The usage fields merged over message_start and every message_delta (cumulative: a later
+# value replaces an earlier one), and what they count in lockgate's terms: Anthropic's own
+# `input_tokens` leaves out the cache, so input is the three summed.
+_MERGED_FIELDS = (
     "input_tokens",
     "output_tokens",
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
+)
+USAGE_FIELDS = UsageFields(
+    input=(("input_tokens",), ("cache_read_input_tokens",), ("cache_creation_input_tokens",)),
+    output=(("output_tokens",),),
+    cached=(("cache_read_input_tokens",),),
+    reasoning=(("output_tokens_details", "thinking_tokens"),),
+    cache_write=(("cache_creation_input_tokens",),),
 )
 
 # Block kinds (what the decoder does with a block's deltas and stop).
@@ -177,24 +200,8 @@ def _lifecycle(message: str) -> ResponseFailure:
 def _index(payload: dict[str, Any]) -> int:
     index = payload.get("index")
     if type(index) is not int or index < 0:
-        raise _malformed("index must be a non-negative integer")
+        raise malformed("index must be a non-negative integer")
     return index
-
-
-def normalize_usage(raw: dict[str, int]) -> Usage:
-    """Anthropic usage fields (already merged) in lockgate's terms."""
-    cache_read = raw.get("cache_read_input_tokens", 0)
-    cache_write = raw.get("cache_creation_input_tokens", 0)
-    input_tokens = raw.get("input_tokens", 0) + cache_read + cache_write
-    output_tokens = raw.get("output_tokens", 0)
-    return Usage(
-        input_tokens=input_tokens,
-        cached_input_tokens=cache_read,
-        output_tokens=output_tokens,
-        reasoning_tokens=raw.get("thinking_tokens", 0),
-        total_tokens=input_tokens + output_tokens,
-        cache_write_tokens=cache_write,
-    )
 
 
 class _Block:
@@ -239,7 +246,7 @@ class AnthropicDecoder:
         self._message_delta_seen = False
         self._stop_reason: str | None = None
         self._stop_details: dict[str, Any] | None = None
-        self._usage: dict[str, int] = {}
+        self._usage: dict[str, Any] = {}
         self._problem = ""  # a provider block whose input was not a JSON object
         self._handlers: dict[str, Callable[[dict[str, Any], int], Sequence[StreamEvent]]] = {
             "content_block_delta": self._delta,
@@ -254,24 +261,13 @@ class AnthropicDecoder:
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
         if event.event is None:
             return NOTHING  # a frame without an `event:` line: the SDK skips it, so do we
-        data = event.data
-        try:
-            payload = parse_event(data)
-        except ValueError as exc:
-            raise _malformed(f"event data is not valid JSON ({exc})") from None
-        if type(payload) is not dict:
-            raise _malformed("event data is not a JSON object")
-        kind = payload.get("type")
-        if type(kind) is not str:
-            raise _malformed("event has no string 'type'")
-        if event.event is not None and event.event != kind:
-            raise _malformed(f"SSE event name {event.event!r} disagrees with type {kind!r}")
+        payload, kind = typed_event(event)
         if self._finished:
             return AFTER_END  # the gate fails anything after the terminal event
         handler = self._handlers.get(kind)
         if handler is None:
             return NOTHING  # ping and unknown event types are progress
-        return handler(payload, len(data))
+        return handler(payload, len(event.data))
 
     def end_of_stream(self) -> Sequence[StreamEvent]:
         if self._started and not self._finished:
@@ -295,35 +291,35 @@ class AnthropicDecoder:
         block = self._open
         index = payload.get("index")
         if type(index) is not int or index < 0:
-            raise _malformed("index must be a non-negative integer")
+            raise malformed("index must be a non-negative integer")
         if block is None or block.index != index:
             self._require_start("content_block_delta")
             raise _lifecycle(f"delta for content block {index}, which is not open")
         delta = payload.get("delta")
         if type(delta) is not dict:
-            raise _malformed("delta must be an object")
+            raise malformed("delta must be an object")
         block.size += size
         kind = delta.get("type")
         if kind == "text_delta":
             if block.kind != _TEXT:
-                raise _malformed(f"text_delta for content block {index}, not a text block")
+                raise malformed(f"text_delta for content block {index}, not a text block")
             text = delta.get("text")
             if type(text) is not str:
-                raise _malformed("delta.text must be a string")
+                raise malformed("delta.text must be a string")
             if not text:
                 return NOTHING
             return (TextDelta(text),)
         if kind == "input_json_delta":
             piece = delta.get("partial_json")
             if type(piece) is not str:
-                raise _malformed("delta.partial_json must be a string")
+                raise malformed("delta.partial_json must be a string")
             if block.kind == _TOOL:
                 if not piece:
                     return NOTHING
                 block.streamed = True
                 return (ToolArgumentsDelta(block.key, piece),)
             if block.kind != _PROVIDER_INPUT:
-                raise _malformed(f"input_json_delta for content block {index}, not a tool block")
+                raise malformed(f"input_json_delta for content block {index}, not a tool block")
             if block.size > MAX_PROVIDER_BLOCK_BYTES:  # the gate never sees these fragments
                 raise ResponseFailure(
                     FailureKind.BOUND_EXCEEDED,
@@ -333,19 +329,19 @@ class AnthropicDecoder:
             return NOTHING
         if kind == "thinking_delta":
             if block.kind != _THINKING:
-                raise _malformed(f"thinking_delta for content block {index}, not thinking")
-            text = _string(delta.get("thinking"), "delta.thinking")
+                raise malformed(f"thinking_delta for content block {index}, not thinking")
+            text = string_field(delta.get("thinking"), "delta.thinking")
             if not text:
                 return NOTHING
             block.fragments.append(text)
             return (ReasoningDelta(text, "raw"),)
         if kind == "signature_delta":
             if block.kind != _THINKING:
-                raise _malformed(f"signature_delta for content block {index}, not thinking")
-            block.signature = _string(delta.get("signature"), "delta.signature")
+                raise malformed(f"signature_delta for content block {index}, not thinking")
+            block.signature = string_field(delta.get("signature"), "delta.signature")
             return NOTHING
         if type(kind) is not str:
-            raise _malformed("delta has no string 'type'")
+            raise malformed("delta has no string 'type'")
         return NOTHING  # citations_delta and unknown delta types are progress
 
     def _block_start(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
@@ -361,26 +357,26 @@ class AnthropicDecoder:
             raise _lifecycle(
                 f"content block {index} started out of order (expected {self._blocks})"
             )
-        item = _object(payload.get("content_block"), "content_block")
-        kind = _string(item.get("type"), "content_block.type")
+        item = object_field(payload.get("content_block"), "content_block")
+        kind = string_field(item.get("type"), "content_block.type")
         self._blocks += 1
         if kind == "text":
-            text = _optional_string(item.get("text"), "text block text")
+            text = optional_string_field(item.get("text"), "text block text")
             self._open = _Block(index, _TEXT, item, size)
             if text:
                 return (TextDelta(text),)
             return NOTHING
         if kind == "tool_use":
-            call_id = _string(item.get("id"), "tool_use id")
-            name = _string(item.get("name"), "tool_use name")
+            call_id = string_field(item.get("id"), "tool_use id")
+            name = string_field(item.get("name"), "tool_use name")
             if "input" in item:
-                _object(item["input"], "tool_use input")
+                object_field(item["input"], "tool_use input")
             self._open = _Block(index, _TOOL, item, size)
             return (ToolCallStarted(self._open.key, call_id, name),)
         if kind == "thinking":
             block = _Block(index, _THINKING, item, size)
-            text = _optional_string(item.get("thinking"), "thinking text")
-            block.signature = _optional_string(item.get("signature"), "thinking signature")
+            text = optional_string_field(item.get("thinking"), "thinking text")
+            block.signature = optional_string_field(item.get("signature"), "thinking signature")
             self._open = block
             if text:
                 block.fragments.append(text)
@@ -393,7 +389,7 @@ class AnthropicDecoder:
             return CONTENT_BEGAN
         if kind in PROVIDER_INPUT_BLOCKS:
             if "input" in item:
-                _object(item["input"], f"{kind} input")
+                object_field(item["input"], f"{kind} input")
             self._open = _Block(index, _PROVIDER_INPUT, item, size)
             return CONTENT_BEGAN
         if is_provider_block(kind):
@@ -453,25 +449,25 @@ class AnthropicDecoder:
     # --- the message -------------------------------------------------------------------
 
     def _message_start(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
-        message = _object(payload.get("message"), "message")
-        response_id = _optional_string(message.get("id"), "message.id")
+        message = object_field(payload.get("message"), "message")
+        response_id = optional_string_field(message.get("id"), "message.id")
         if self._started:
-            return (_Started(response_id=response_id),)  # the gate fails a second start
+            return (ResponseStarted(response_id=response_id),)  # the gate fails a second start
         self._started = True
         content = message.get("content")
         if content is not None and content != []:
             raise _lifecycle("message_start already carries content")
         self._merge_usage(message.get("usage"))
-        return (_Started(response_id=response_id),)
+        return (ResponseStarted(response_id=response_id),)
 
     def _message_delta(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("message_delta")
         if self._open is not None:
             raise _lifecycle(f"message_delta while content block {self._open.index} is open")
-        delta = _object(payload.get("delta", {}), "message_delta.delta")
+        delta = object_field(payload.get("delta", {}), "message_delta.delta")
         reason = delta.get("stop_reason")
         if reason is not None:
-            reason = _string(reason, "stop_reason")
+            reason = string_field(reason, "stop_reason")
             if self._stop_reason is not None and reason != self._stop_reason:
                 raise _lifecycle(f"stop_reason changed from {self._stop_reason!r} to {reason!r}")
             self._stop_reason = reason
@@ -485,7 +481,7 @@ class AnthropicDecoder:
     def _message_stop(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("message_stop")
         self._finished = True
-        usage = normalize_usage(self._usage) if self._usage else None
+        usage = usage_from(self._usage, USAGE_FIELDS) if self._usage else None
         if self._open is not None:
             return (
                 ProviderReportedFailure(
@@ -503,32 +499,20 @@ class AnthropicDecoder:
                     FailureKind.LIFECYCLE, f"message_stop {what}; nothing executed", usage=usage
                 ),
             )
-        if reason in _TRUNCATED:
-            return (
-                ProviderReportedFailure(
-                    FailureKind.RESPONSE_INCOMPLETE,
-                    _TRUNCATED[reason],
-                    reason,
-                    usage,
-                    truncated=True,
-                ),
-            )
-        finish = _COMPLETED.get(reason)
-        if finish is None:
-            return (
-                ProviderReportedFailure(
-                    FailureKind.LIFECYCLE,
-                    f"stop_reason {reason!r} is not a known completion; nothing executed",
-                    reason,
-                    usage,
-                ),
-            )
-        if self._problem:
+        detail = self._refusal_detail() if reason == "refusal" else ""
+        terminal = finish_event(
+            FINISHES,
+            reason,
+            usage,
+            otherwise="stop_reason {reason!r} is not a known completion; nothing executed",
+            refusal_detail=detail,
+        )
+        if self._problem and isinstance(terminal, ResponseCompleted):
+            # A provider block's input was not an object: no success carries it.
             return (
                 ProviderReportedFailure(FailureKind.MALFORMED_EVENT, self._problem, usage=usage),
             )
-        detail = self._refusal_detail() if finish == FINISH_REFUSED else ""
-        return (ResponseCompleted(finish, usage, refusal_detail=detail),)
+        return (terminal,)
 
     def _refusal_detail(self) -> str:
         details = self._stop_details or {}
@@ -539,33 +523,26 @@ class AnthropicDecoder:
         return ""  # the gate falls back on the answer text
 
     def _error(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
-        error = payload.get("error")
-        error = error if type(error) is dict else {}
-        code = error.get("type")
-        code = code if type(code) is str else ""
-        text = provider_error_message(error.get("message"))
-        transient = code in TRANSIENT_ERRORS
         self._finished = True
+        failure = provider_error(payload.get("error"))
         if not self._started:
-            detail = f" [{code}]" if code else ""
+            detail = f" [{failure.code}]" if failure.code else ""
             raise ResponseFailure(
-                FailureKind.PROVIDER_ERROR, f"{text}{detail}", transient=transient
+                FailureKind.PROVIDER_ERROR,
+                f"{failure.message}{detail}",
+                transient=failure.transient,
             )
-        return (
-            ProviderReportedFailure(
-                FailureKind.PROVIDER_ERROR, text, code or None, transient=transient
-            ),
-        )
+        return (failure,)
 
     def _merge_usage(self, raw: object) -> None:
         """Every field present replaces the earlier value (message_delta is cumulative)."""
         if type(raw) is not dict:
             return
         usage = self._usage
-        for name in _USAGE_FIELDS:
+        for name in _MERGED_FIELDS:
             value = raw.get(name)
             if value is not None:
-                usage[name] = _count(value)
+                usage[name] = value
         details = raw.get("output_tokens_details")
         if type(details) is dict and details.get("thinking_tokens") is not None:
-            usage["thinking_tokens"] = _count(details.get("thinking_tokens"))
+            usage["output_tokens_details"] = details

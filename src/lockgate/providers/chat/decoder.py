@@ -87,7 +87,6 @@ COMPLETION RULE, as implemented here:
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Sequence
 from typing import Any
@@ -96,13 +95,11 @@ from ...conversation import Usage
 from ...errors import FailureKind, ResponseFailure
 from ...events import (
     FINISH_WITH_CALLS,
-    FINISH_WITHOUT_CALLS,
     MAX_NATIVE_BYTES,
     NativeOutput,
     ProviderReportedFailure,
     ReasoningDelta,
     RefusalDelta,
-    ResponseCompleted,
     ResponseStarted,
     StreamEvent,
     TextBuffer,
@@ -113,28 +110,26 @@ from ...events import (
 )
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
-from ..decoding import AFTER_END, CONTENT_BEGAN, NOTHING, compact_json, provider_error_message
-from ..decoding import malformed as _malformed
-from ..decoding import token_count as _count
+from ..decoding import (
+    AFTER_END,
+    CONTENT_BEGAN,
+    IMPLIED,
+    NOTHING,
+    Finish,
+    UsageFields,
+    compact_json,
+    finish_event,
+    malformed,
+    provider_error,
+    synthesized_call_id,
+    usage_from,
+)
 
 __all__ = [
     "MAX_REASONING_DETAILS_CHARS",
     "MAX_REASONING_DETAILS_ENTRIES",
-    "TRANSIENT_ERROR_CODES",
     "ChatDecoder",
-    "synthesized_call_id",
 ]
-
-TRANSIENT_ERROR_CODES = frozenset(
-    {
-        "server_error",
-        "overloaded_error",
-        "api_error",
-        "rate_limit_exceeded",
-        "timeout",
-        "service_unavailable",
-    }
-)
 
 _DONE = b"[DONE]"
 _CALL_EVENTS = frozenset({ToolCallStarted, ToolCallIdentified, ToolArgumentsDelta})
@@ -152,11 +147,6 @@ def _size(value: object) -> int:
     if type(value) is dict or type(value) is list:
         return len(compact_json(value))
     return 8
-
-
-def synthesized_call_id(response_id: str, key: str) -> str:
-    """The stable id of a call the server sent without one."""
-    return "call_" + hashlib.sha256(f"{response_id}:{key}".encode()).hexdigest()[:24]
 
 
 class _Call:
@@ -214,9 +204,9 @@ class ChatDecoder:
         except ValueError as exc:
             if data.strip() == _DONE:
                 return self._end(done=True)
-            raise _malformed(f"event data is not valid JSON ({exc})") from None
+            raise malformed(f"event data is not valid JSON ({exc})") from None
         if type(payload) is not dict:
-            raise _malformed("event data is not a JSON object")
+            raise malformed("event data is not a JSON object")
         usage = payload.get("usage")
         if usage is not None and type(usage) is dict:
             self._usage = usage
@@ -240,16 +230,16 @@ class ChatDecoder:
         choices = payload.get("choices")
         if not choices:
             if choices is not None and type(choices) is not list:
-                raise _malformed("choices must be a list")
+                raise malformed("choices must be a list")
             return events or NOTHING
         if type(choices) is not list:
-            raise _malformed("choices must be a list")
+            raise malformed("choices must be a list")
         for choice in choices:
             if type(choice) is not dict:
-                raise _malformed("a choice must be an object")
+                raise malformed("a choice must be an object")
             index = choice.get("index", 0)
             if type(index) is not int:
-                raise _malformed("choice index must be an integer")
+                raise malformed("choice index must be an integer")
             if index != self._choice:
                 failure = self._claim(index)
                 if failure is not None:
@@ -261,7 +251,7 @@ class ChatDecoder:
             finish = choice.get("finish_reason")
             if delta:
                 if type(delta) is not dict:
-                    raise _malformed("delta must be an object")
+                    raise malformed("delta must be an object")
                 produced = self._delta(delta, index)
                 if produced is not None:  # the delta carried content
                     if self._finish is not None:
@@ -277,7 +267,7 @@ class ChatDecoder:
                     else:
                         events.extend(produced)
             elif delta is not None and type(delta) is not dict:
-                raise _malformed("delta must be an object")
+                raise malformed("delta must be an object")
             if finish is not None:
                 failure = self._finished(finish)
                 if failure is not None:
@@ -312,10 +302,10 @@ class ChatDecoder:
                 elif type(value) is list:
                     _content_parts(value, produced)
                 else:
-                    raise _malformed("delta.content must be a string, a list or null")
+                    raise malformed("delta.content must be a string, a list or null")
             elif field == "tool_calls":
                 if type(value) is not list:
-                    raise _malformed("delta.tool_calls must be a list")
+                    raise malformed("delta.tool_calls must be a list")
                 for fragment in value:
                     self._fragment(fragment, produced)
             elif field == "refusal":
@@ -345,15 +335,15 @@ class ChatDecoder:
 
     def _fragment(self, fragment: object, produced: list[StreamEvent]) -> None:
         if type(fragment) is not dict:
-            raise _malformed("a tool-call fragment must be an object")
+            raise malformed("a tool-call fragment must be an object")
         index = fragment.get("index")
         if index is not None and type(index) is not int:
-            raise _malformed("tool-call index must be an integer")
+            raise malformed("tool-call index must be an integer")
         call_id = fragment.get("id")
         if call_id is None:
             call_id = ""
         elif type(call_id) is not str:
-            raise _malformed("tool-call id must be a string or null")
+            raise malformed("tool-call id must be a string or null")
         function = fragment.get("function")
         if function is None:
             name = ""
@@ -365,16 +355,16 @@ class ChatDecoder:
             elif type(raw_name) is str:
                 name = raw_name
             else:
-                raise _malformed("tool-call name must be a string or null")
+                raise malformed("tool-call name must be a string or null")
             arguments = function.get("arguments")
         else:
-            raise _malformed("tool-call function must be an object")
+            raise malformed("tool-call function must be an object")
         if arguments is None or type(arguments) is str:
             text = arguments or ""
         elif type(arguments) is dict or type(arguments) is list:
             text = compact_json(arguments)
         else:
-            raise _malformed("tool-call arguments must be a string, an object or null")
+            raise malformed("tool-call arguments must be a string, an object or null")
         call = self._last if index is None else self._by_index.get(index)
         if (
             call is None
@@ -501,7 +491,7 @@ class ChatDecoder:
 
     def _finished(self, finish: object) -> ProviderReportedFailure | None:
         if type(finish) is not str:
-            raise _malformed("finish_reason must be a string or null")
+            raise malformed("finish_reason must be a string or null")
         if self._finish is None or finish == self._finish:
             self._finish = finish
             return None
@@ -516,39 +506,7 @@ class ChatDecoder:
         self, error: object, events: list[StreamEvent] | None = None
     ) -> Sequence[StreamEvent]:
         self._terminated = True
-        if type(error) is dict:
-            nested = error.get("error")
-            if type(nested) is dict:
-                error = nested
-        code: str | None = None
-        transient = False
-        message = ""
-        if type(error) is dict:
-            raw_code = error.get("code")
-            kind = error.get("type")
-            if type(raw_code) is str and raw_code:
-                code = raw_code
-            elif type(raw_code) is int:
-                code = str(raw_code)
-            elif type(kind) is str and kind:
-                code = kind
-            transient = (
-                raw_code in TRANSIENT_ERROR_CODES
-                or kind in TRANSIENT_ERROR_CODES
-                or (type(raw_code) is int and (raw_code >= 500 or raw_code == 429))
-            )
-            text = error.get("message")
-            message = text if type(text) is str else ""
-        elif type(error) is str:
-            message = error
-        failure = ProviderReportedFailure(
-            FailureKind.PROVIDER_ERROR,
-            provider_error_message(message),
-            code,
-            self._typed_usage(),
-            transient=transient,
-        )
-        return self._with_start(events, failure)
+        return self._with_start(events, provider_error(error, self._typed_usage()))
 
     # --- the end --------------------------------------------------------------------------
 
@@ -578,52 +536,21 @@ class ChatDecoder:
                     )
                 )
             return events
-        if finish == "tool_calls" or finish == "stop":
+        if finish in ("tool_calls", "stop", "length"):
+            # A truncated call gets its id too: it can then be paired (--recover).
             self._identify_calls(events)
+        if finish in ("tool_calls", "stop"):
             self._native_reasoning(events)
-            if finish == "tool_calls":
-                reason: str | None = FINISH_WITH_CALLS
-            else:
-                reason = None if self._calls else FINISH_WITHOUT_CALLS
-            events.append(ResponseCompleted(reason, usage, call_order=self._call_order()))
-        elif finish == "length":
-            self._identify_calls(events)  # a truncated call can then be paired (--recover)
-            events.append(
-                ProviderReportedFailure(
-                    FailureKind.RESPONSE_INCOMPLETE,
-                    "response incomplete: finish_reason length (the output token limit)",
-                    "length",
-                    usage,
-                    truncated=True,
-                )
+        events.append(
+            finish_event(
+                FINISHES,
+                finish,
+                usage,
+                otherwise="finish_reason {reason!r} is not a successful completion",
+                has_calls=bool(self._calls),
+                call_order=self._call_order(),
             )
-        elif finish == "content_filter":
-            events.append(
-                ProviderReportedFailure(
-                    FailureKind.RESPONSE_INCOMPLETE,
-                    "response incomplete: finish_reason content_filter",
-                    "content_filter",
-                    usage,
-                )
-            )
-        elif finish == "error":
-            events.append(
-                ProviderReportedFailure(
-                    FailureKind.PROVIDER_ERROR,
-                    "provider error: finish_reason error",
-                    "error",
-                    usage,
-                )
-            )
-        else:
-            events.append(
-                ProviderReportedFailure(
-                    FailureKind.LIFECYCLE,
-                    f"finish_reason {finish!r} is not a successful completion",
-                    finish,
-                    usage,
-                )
-            )
+        )
         return events
 
     def _identify_calls(self, events: list[StreamEvent]) -> None:
@@ -679,7 +606,7 @@ class ChatDecoder:
         return events
 
     def _typed_usage(self) -> Usage | None:
-        return None if self._usage is None else _usage(self._usage)
+        return usage_from(self._usage, USAGE_FIELDS)
 
 
 def _content_parts(parts: list[Any], produced: list[StreamEvent]) -> None:
@@ -703,18 +630,30 @@ def _content_parts(parts: list[Any], produced: list[StreamEvent]) -> None:
                         produced.append(ReasoningDelta(text, "raw"))
 
 
-def _usage(raw: dict[str, Any]) -> Usage:
-    """Typed usage from a Chat `usage` object (missing or odd fields count as 0)."""
-    prompt_details = raw.get("prompt_tokens_details")
-    prompt_details = prompt_details if type(prompt_details) is dict else {}
-    completion_details = raw.get("completion_tokens_details")
-    completion_details = completion_details if type(completion_details) is dict else {}
-    input_tokens = _count(raw.get("prompt_tokens"))
-    output_tokens = _count(raw.get("completion_tokens"))
-    return Usage(
-        input_tokens=input_tokens,
-        cached_input_tokens=_count(prompt_details.get("cached_tokens")),
-        output_tokens=output_tokens,
-        reasoning_tokens=_count(completion_details.get("reasoning_tokens")),
-        total_tokens=_count(raw.get("total_tokens")) or input_tokens + output_tokens,
-    )
+# Chat's usage fields in lockgate's terms (`prompt_tokens` counts cached input already).
+USAGE_FIELDS = UsageFields(
+    input=(("prompt_tokens",),),
+    output=(("completion_tokens",),),
+    cached=(("prompt_tokens_details", "cached_tokens"),),
+    reasoning=(("completion_tokens_details", "reasoning_tokens"),),
+    total=(("total_tokens",),),
+)
+
+# Native finish reasons. `stop` lets the calls say whether there were calls (OpenAI's named
+# tool_choice, Gemini and Ollama end calls with `stop`).
+FINISHES: dict[str, Finish] = {
+    "tool_calls": Finish(FINISH_WITH_CALLS),
+    "stop": Finish(IMPLIED),
+    "length": Finish(
+        failure=FailureKind.RESPONSE_INCOMPLETE,
+        message="response incomplete: finish_reason length (the output token limit)",
+        truncated=True,
+    ),
+    "content_filter": Finish(
+        failure=FailureKind.RESPONSE_INCOMPLETE,
+        message="response incomplete: finish_reason content_filter",
+    ),
+    "error": Finish(
+        failure=FailureKind.PROVIDER_ERROR, message="provider error: finish_reason error"
+    ),
+}

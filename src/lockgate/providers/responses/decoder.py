@@ -41,14 +41,21 @@ from ...events import (
     ToolCallStarted,
     UnsupportedOutput,
 )
-from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
-from ..decoding import AFTER_END, CONTENT_BEGAN, NOTHING, provider_error_message
-from ..decoding import malformed as _malformed
-from ..decoding import object_field as _object
-from ..decoding import optional_string_field as _optional_string
-from ..decoding import string_field as _string
-from ..decoding import token_count as _count
+from ..decoding import (
+    AFTER_END,
+    CONTENT_BEGAN,
+    NOTHING,
+    UsageFields,
+    malformed,
+    object_field,
+    optional_string_field,
+    provider_error,
+    read_error,
+    string_field,
+    typed_event,
+    usage_from,
+)
 
 # Output items the provider executes itself: never a request for a local action.
 PROVIDER_EXECUTED_ITEMS = frozenset(
@@ -69,7 +76,7 @@ _TERMINAL = frozenset({"response.completed", "response.failed", "response.incomp
 
 
 def _response_id(response: dict[str, Any]) -> str:
-    return _optional_string(response.get("id"), "response.id")
+    return optional_string_field(response.get("id"), "response.id")
 
 
 class ResponsesDecoder:
@@ -99,20 +106,9 @@ class ResponsesDecoder:
         }
 
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
-        data = event.data
-        if data == b"[DONE]":
-            return NOTHING
-        try:
-            payload = parse_event(data)
-        except ValueError as exc:
-            raise _malformed(f"event data is not valid JSON ({exc})") from None
-        if type(payload) is not dict:
-            raise _malformed("event data is not a JSON object")
-        kind = payload.get("type")
-        if type(kind) is not str:
-            raise _malformed("event has no string 'type'")
-        if event.event is not None and event.event != kind:
-            raise _malformed(f"SSE event name {event.event!r} disagrees with type {kind!r}")
+        if event.data == b"[DONE]":
+            return NOTHING  # a gateway's sentinel, not an event
+        payload, kind = typed_event(event)
         if self._ended:
             return AFTER_END  # whatever it is, the gate refuses it after the terminal event
         handler = self._handlers.get(kind)
@@ -129,65 +125,67 @@ class ResponsesDecoder:
     @staticmethod
     def _identity(payload: dict[str, Any]) -> str | None:
         value = payload.get("response_id")
-        return None if value is None else _string(value, "response_id")
+        return None if value is None else string_field(value, "response_id")
 
     # The two hot handlers (nearly every event of a stream) check inline what `_string`
     # and `_identity` check.
     def _text_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         text = payload.get("delta")
         if type(text) is not str:
-            raise _malformed("delta must be a string")
+            raise malformed("delta must be a string")
         if payload.get("response_id") is None:
             return (TextDelta(text),)
         return (TextDelta(text, response_id=self._identity(payload)),)
 
     def _refusal_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        text = _string(payload.get("delta"), "delta")
+        text = string_field(payload.get("delta"), "delta")
         return (RefusalDelta(text, response_id=self._identity(payload)),)
 
     def _reasoning_summary_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        text = _string(payload.get("delta"), "delta")
+        text = string_field(payload.get("delta"), "delta")
         return (ReasoningDelta(text, "summary", response_id=self._identity(payload)),)
 
     def _reasoning_raw_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        text = _string(payload.get("delta"), "delta")
+        text = string_field(payload.get("delta"), "delta")
         return (ReasoningDelta(text, "raw", response_id=self._identity(payload)),)
 
     def _arguments_delta(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         key = payload.get("item_id")
         if type(key) is not str:
-            raise _malformed("item_id must be a string")
+            raise malformed("item_id must be a string")
         delta = payload.get("delta")
         if type(delta) is not str:
-            raise _malformed("delta must be a string")
+            raise malformed("delta must be a string")
         if payload.get("response_id") is None:
             return (ToolArgumentsDelta(key, delta),)
         return (ToolArgumentsDelta(key, delta, response_id=self._identity(payload)),)
 
     def _item_added(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        item = _object(payload.get("item"), "item")
+        item = object_field(payload.get("item"), "item")
         if item.get("type") != "function_call":
             # Output began (a message, reasoning that may be encrypted only, a tool the
             # provider runs itself): the response is no longer a stream that never started.
             return CONTENT_BEGAN
         return (
             ToolCallStarted(
-                _optional_string(item.get("id"), "item.id"),
-                _optional_string(item.get("call_id"), "item.call_id"),
-                _optional_string(item.get("name"), "item.name"),
-                _optional_string(item.get("arguments"), "item.arguments"),
+                optional_string_field(item.get("id"), "item.id"),
+                optional_string_field(item.get("call_id"), "item.call_id"),
+                optional_string_field(item.get("name"), "item.name"),
+                optional_string_field(item.get("arguments"), "item.arguments"),
                 response_id=self._identity(payload),
             ),
         )
 
     def _item_done(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        item = _object(payload.get("item"), "item")
+        item = object_field(payload.get("item"), "item")
         if item.get("type") == "function_call" and item.get("status") not in (None, "completed"):
-            self._incomplete_calls.append(_optional_string(item.get("call_id"), "item.call_id"))
+            self._incomplete_calls.append(
+                optional_string_field(item.get("call_id"), "item.call_id")
+            )
         return NOTHING
 
     def _start(self, payload: dict[str, Any], *, created: bool) -> Sequence[StreamEvent]:
-        response_id = _response_id(_object(payload.get("response"), "response"))
+        response_id = _response_id(object_field(payload.get("response"), "response"))
         if not self._started or created:
             # A second `response.created` reaches the gate as a second start (a failure).
             self._started = True
@@ -201,10 +199,10 @@ class ResponsesDecoder:
         return self._start(payload, created=False)
 
     def _completed(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        response = _object(payload.get("response"), "response")
+        response = object_field(payload.get("response"), "response")
         response_id = _response_id(response)
         usage = _usage(response.get("usage"))
-        status = _optional_string(response.get("status"), "response.status")
+        status = optional_string_field(response.get("status"), "response.status")
         if status != "completed":
             return (
                 ProviderReportedFailure(
@@ -216,8 +214,10 @@ class ResponsesDecoder:
             )
         output = response.get("output", [])
         if type(output) is not list:
-            raise _malformed("response.output must be a list")
-        items = tuple(item for raw in output for item in _output_items(_object(raw, "output item")))
+            raise malformed("response.output must be a list")
+        items = tuple(
+            item for raw in output for item in _output_items(object_field(raw, "output item"))
+        )
         incomplete = self._incomplete_calls + [
             call_id
             for raw in output
@@ -237,21 +237,21 @@ class ResponsesDecoder:
         return (ResponseCompleted(None, usage, items, response_id=response_id),)
 
     def _failed(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        response = _object(payload.get("response"), "response")
-        error = response.get("error")
-        code, message = _error_fields(error if type(error) is dict else {})
+        response = object_field(payload.get("response"), "response")
+        error = read_error(response.get("error"))
         return (
             ProviderReportedFailure(
                 FailureKind.RESPONSE_FAILED,
-                f"response failed: {message or 'no message'}",
-                code or None,
+                f"response failed: {error.message or 'no message'}",
+                error.code,
                 _usage(response.get("usage")),
+                transient=error.transient,
                 response_id=_response_id(response),
             ),
         )
 
     def _incomplete(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
-        response = _object(payload.get("response"), "response")
+        response = object_field(payload.get("response"), "response")
         details = response.get("incomplete_details")
         reason = details.get("reason") if type(details) is dict else None
         reason_text = reason if type(reason) is str and reason else "unknown"
@@ -267,26 +267,11 @@ class ResponsesDecoder:
         )
 
     def _error(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
+        # Nested (`{"type": "error", "error": {...}}`) or flat (`{"type": "error", "code",
+        # "message"}`): the flat form's own `type` is the event's, not an error type.
         nested = payload.get("error")
-        code, message = _error_fields(nested if type(nested) is dict else payload)
-        return (
-            ProviderReportedFailure(
-                FailureKind.PROVIDER_ERROR,
-                provider_error_message(message),
-                code or None,
-            ),
-        )
-
-
-def _error_fields(error: dict[str, Any]) -> tuple[str, str]:
-    code = error.get("code")
-    if type(code) is not str:
-        code = error.get("type")
-    message = error.get("message")
-    return (
-        code if type(code) is str else "",
-        message if type(message) is str else "",
-    )
+        error = nested if type(nested) is dict else {**payload, "type": None}
+        return (provider_error(error),)
 
 
 def _output_items(item: dict[str, Any]) -> list[OutputItem]:
@@ -294,10 +279,10 @@ def _output_items(item: dict[str, Any]) -> list[OutputItem]:
     if kind == "function_call":
         return [
             OutputCall(
-                _optional_string(item.get("id"), "item.id"),
-                _optional_string(item.get("call_id"), "item.call_id"),
-                _optional_string(item.get("name"), "item.name"),
-                _optional_string(item.get("arguments"), "item.arguments"),
+                optional_string_field(item.get("id"), "item.id"),
+                optional_string_field(item.get("call_id"), "item.call_id"),
+                optional_string_field(item.get("name"), "item.name"),
+                optional_string_field(item.get("arguments"), "item.arguments"),
             )
         ]
     if kind == "reasoning":
@@ -307,34 +292,33 @@ def _output_items(item: dict[str, Any]) -> list[OutputItem]:
     if kind == "message":
         content = item.get("content", [])
         if type(content) is not list:
-            raise _malformed("message content must be a list")
+            raise malformed("message content must be a list")
         parts: list[OutputItem] = []
-        item_id = _optional_string(item.get("id"), "item.id")
+        item_id = optional_string_field(item.get("id"), "item.id")
         for raw in content:
-            part = _object(raw, "content part")
+            part = object_field(raw, "content part")
             if part.get("type") == "output_text":
-                parts.append(OutputText(_string(part.get("text"), "output_text.text"), item_id))
+                parts.append(
+                    OutputText(string_field(part.get("text"), "output_text.text"), item_id)
+                )
             elif part.get("type") == "refusal":
-                parts.append(OutputRefusal(_string(part.get("refusal"), "refusal"), item_id))
+                parts.append(OutputRefusal(string_field(part.get("refusal"), "refusal"), item_id))
             else:
                 parts.append(UnsupportedOutput(f"message content {part.get('type')!s}"))
         return parts
     return [UnsupportedOutput(str(kind))]
 
 
+# Responses' usage fields in lockgate's terms (`input_tokens` counts cached input already).
+USAGE_FIELDS = UsageFields(
+    input=(("input_tokens",),),
+    output=(("output_tokens",),),
+    cached=(("input_tokens_details", "cached_tokens"),),
+    reasoning=(("output_tokens_details", "reasoning_tokens"),),
+    cache_write=(("input_tokens_details", "cache_write_tokens"),),
+    total=(("total_tokens",),),
+)
+
+
 def _usage(raw: object) -> Usage | None:
-    """Typed usage from a Responses `usage` object (missing or odd fields count as 0)."""
-    if type(raw) is not dict:
-        return None
-    input_details = raw.get("input_tokens_details")
-    input_details = input_details if type(input_details) is dict else {}
-    output_details = raw.get("output_tokens_details")
-    output_details = output_details if type(output_details) is dict else {}
-    return Usage(
-        input_tokens=_count(raw.get("input_tokens")),
-        cached_input_tokens=_count(input_details.get("cached_tokens")),
-        output_tokens=_count(raw.get("output_tokens")),
-        reasoning_tokens=_count(output_details.get("reasoning_tokens")),
-        total_tokens=_count(raw.get("total_tokens")),
-        cache_write_tokens=_count(input_details.get("cache_write_tokens")),
-    )
+    return usage_from(raw, USAGE_FIELDS)
