@@ -1,85 +1,18 @@
 """Anthropic Messages stream decoding: native events to normalized events.
 
-THE COMPLETION RULE for Anthropic Messages (every line is tested, accepting and failing):
+THE COMPLETION RULE is written once, in `docs/wire/anthropic.md` (each line with the lab
+scenario that proves it); this module implements it. In short: `message_start` starts the
+response; blocks open and stop one at a time, in index order; a `tool_use` is complete at
+its `content_block_stop` (its input the concatenated `partial_json`, `""` meaning `{}`);
+thinking and redacted thinking become native items replayed unchanged to the same model;
+provider-executed blocks are kept opaque and replayed, never calls; the `message_delta`
+comes after the last block and states one stop reason; the decision is released only at
+`message_stop`, by the stop reason's table (`FINISHES`) agreeing with the blocks; an
+`error` event fails; a frame without an `event:` line is skipped, as the SDK skips it.
 
-1. `message_start` starts the response: `ResponseStarted(response_id=message.id)`. A second
-   `message_start` is a second start, which the gate fails (lifecycle). Any block, delta,
-   `message_delta` or `message_stop` before it is lifecycle; `ping` is allowed anywhere.
-   A `message_start` whose `message.content` is not empty is lifecycle.
-2. Content blocks come one at a time, in index order (0, 1, 2 …): a `content_block_start`
-   while another block is open, or with another index than the next, is lifecycle; a delta
-   or `content_block_stop` for a block that never started, or already stopped, is lifecycle.
-   A delta that does not fit its block (a `text_delta` on a `tool_use` …) is malformed.
-3. `text` blocks: each `text_delta` is a `TextDelta`. Citations (`citations_delta`, the
-   block's `citations`) are not kept: the text is replayed without them.
-4. `thinking` blocks: each `thinking_delta` is a `ReasoningDelta(kind="raw")`, apart from
-   the answer; `signature_delta` sets the block's signature (a later one replaces it). At
-   the block's stop it becomes `NativeOutput("reasoning", {"type": "thinking", "thinking":
-   <all its text>, "signature": <signature>})` (any other field of its start kept), which the
-   encoder replays unchanged, in place, to the same model only. `redacted_thinking` blocks
-   become `NativeOutput("reasoning", <the block unchanged>)` at their stop.
-5. `tool_use` blocks (client tools): `ToolCallStarted(key=<the block index as a string>,
-   call_id=<the block id>, name)` at the block's start, then each non-empty `partial_json`
-   fragment as a `ToolArgumentsDelta` (argument progress: execution still waits). A
-   tool_use is complete at its `content_block_stop`; its input is the concatenated
-   `partial_json`. When no fragment carried any text (Anthropic sends a single `""` for a
-   tool without parameters) the input is the block's start `input` (always `{}` in real
-   streams): at the stop the decoder emits it as the argument text (`"{}"`), and the gate
-   validates it against the tool's schema like any other arguments (so `{}` runs a tool
-   without parameters, and a tool with required parameters rejects it).
-6. Provider-executed blocks are kept opaque and replayed, and are NEVER a `ToolCallStarted`:
-   `server_tool_use` / `mcp_tool_use` (whose input also streams as `input_json_delta`)
-   become `NativeOutput("provider_output", <the block with its full input>)` at their stop;
-   every `*_tool_result` block (and `container_upload`) arrives whole in its start and
-   becomes `NativeOutput("provider_output", <the block>)` at its stop. A provider block whose
-   streamed input is not a JSON object fails the response (malformed) at `message_stop`
-   unless it already failed otherwise; one whose streamed input passes 4 MiB fails at once
-   (bound_exceeded). Any other block type cannot be replayed: the response fails at once
-   (unsupported_output).
-7. `message_delta` records `stop_reason`, `stop_details` and usage. It comes after the
-   last block: a `message_delta` while a block is open, a block started after it, or a
-   later `message_delta` with another non-null stop reason is lifecycle (a repeated equal
-   one, or null, changes nothing). The decision is released only at `message_stop`, after a
-   `message_delta` whose `stop_reason` agrees with the blocks, and with every block
-   stopped:
-   - `tool_use` → `ResponseCompleted(FINISH_WITH_CALLS)` (the gate fails it without a call);
-   - `end_turn`, `stop_sequence` → `ResponseCompleted(FINISH_WITHOUT_CALLS)` (the gate fails
-     it with a call);
-   - `max_tokens`, `model_context_window_exceeded` → `ProviderReportedFailure(
-     RESPONSE_INCOMPLETE, truncated=True)`: nothing runs (`--recover` may answer the calls);
-   - `refusal` → `ResponseCompleted(FINISH_REFUSED, refusal_detail=<stop_details
-     explanation, else its category>)`: no call is released (with neither, the gate gives
-     the text streamed as the reason);
-   - `pause_turn` → `ResponseCompleted(FINISH_PAUSED)`: the loop sends the response back as
-     it is, nothing runs locally (the gate fails a paused response with calls);
-   - any other stop reason is lifecycle.
-   A `message_stop` while a block is still open, without any `message_delta`, or without a
-   stop reason is lifecycle.
-8. An `error` event fails the response: `ProviderReportedFailure(PROVIDER_ERROR, "provider
-   error: …", code=error.type, transient=<error.type is overloaded_error, api_error,
-   rate_limit_error or timeout_error>)`. Transient errors before any content are retried
-   only with the client's opt-in `retry_unstarted`. An `error` before `message_start` fails
-   the same way, raised by the decoder itself as a `ResponseFailure` with the error type in
-   brackets: the gate would accept the failure before a start too, but would add "buffered
-   calls discarded", and nothing can be buffered before `message_start`.
-9. A body that ends before `message_stop` releases nothing: after a `message_start`,
-   `end_of_stream` returns `ProviderReportedFailure(STREAM_ENDED)`.
-10. `ping`, unknown event types and unknown delta types (`citations_delta`, future ones) are
-    progress: nothing is emitted. Anything after `message_stop` reaches the gate as
-    progress, which fails the response (nothing follows the terminal event).
-11. Malformed JSON or shapes (not an object, a field of the wrong type, nesting beyond the
-    bound) are malformed events, and the SSE `event:` name must agree with the JSON `type`.
-    A frame without an `event:` line is skipped unread, as the official SDK skips it, so
-    that lockgate and the SDK reach the same decision on the same bytes.
-
-Usage: `message_start.usage`, then each `message_delta.usage` (cumulative: every field
-present replaces the earlier value), normalized: input = `input_tokens +
-cache_read_input_tokens + cache_creation_input_tokens`, cached = `cache_read_input_tokens`,
-cache writes = `cache_creation_input_tokens`, reasoning = `output_tokens_details.
-thinking_tokens`, total = input + output. It is attached to the terminal event decided at
-`message_stop`; an `error` event or a cut-off body carries none.
-
-Normalized events carry `response_id=None`, except `ResponseStarted`.
+Usage (`USAGE_FIELDS`) is merged over `message_start` and every `message_delta`
+(cumulative) and attached to the terminal event. Normalized events carry
+`response_id=None`, except `ResponseStarted`.
 """
 
 from __future__ import annotations

@@ -1,88 +1,18 @@
 """OpenAI Chat Completions stream decoding: chunks to normalized events.
 
-Chat has no terminal snapshot: the gate builds the decision from the streamed parts. THE
-COMPLETION RULE, as implemented here:
+THE COMPLETION RULE is written once, in `docs/wire/chat.md` (each line with the lab scenario
+that proves it); this module implements it. In short: a decision only when THE choice's
+`finish_reason` arrived and the stream then ended cleanly (`[DONE]`, or a clean end of body
+for servers without it); the finish covers only what came before or with it (a later call
+fragment fails, other later content only passes with the same finish restated); the first
+choice index named is THE choice and any other fails; calls are routed by index and id, ids
+and names set, never concatenated, released in index order, synthesized where absent;
+errors inside the stream, failing finishes and anything after the end fail closed.
 
-- A decision is released only when THE choice's `finish_reason` arrived AND the stream then
-  ended cleanly: `data: [DONE]`, or a clean end of body after the finish (`end_of_stream`;
-  servers without `[DONE]`: Writer, GPUStack, Perplexity). A clean end before any finish
-  reason is `stream_ended` ("the stream ended without a finish_reason …"); `[DONE]` with no
-  finish reason at all is `lifecycle` ("[DONE] arrived without any finish_reason …"); a
-  reset is the client's `transport` failure.
-- finish `tool_calls`: `ResponseCompleted("tool_calls")` (the gate fails it without a call).
-  `stop` with calls (OpenAI's named tool_choice, Gemini, Ollama): `ResponseCompleted(None)`,
-  the calls imply it. `stop` without calls: text (`ResponseCompleted("stop")`).
-- `length`: `response_incomplete`, code `length`, truncated. `content_filter`:
-  `response_incomplete`, code `content_filter`, not truncated. `error`: `provider_error`.
-  `function_call` (deprecated) and any other value: `lifecycle` ("finish_reason X is not a
-  successful completion"). Failing finishes are reported at the end marker ([DONE] or end
-  of body), so that usage sent after the finish is included.
-- Errors inside a 200 stream are `provider_error` at once (with the usage seen so far): a
-  top-level `{"error": {...}}` payload (with or without choices: OpenRouter puts one in a
-  normal chunk after a `length` finish), `choices[i].error`, an SSE `event: error` frame
-  (Groq; its data is `{"error": {...}}`). Message `provider error: <message>`, code the
-  error's `code` (string or number, as text) or `type`; transient when the type or code is
-  server_error, overloaded_error, api_error, rate_limit_exceeded, timeout or
-  service_unavailable, or a numeric code >= 500 or == 429.
-- The response starts (`ResponseStarted`) at the first chunk that has a non-empty `id` or
-  carries choice content, else at the first terminal event (a completion needs a start, and
-  a failure then follows one as it would after a server id); its id is the first non-empty
-  chunk id, else a synthesized `chatcmpl-lockgate-<12 hex>` (random per decoder). The chunk
-  id is not a safety signal (proxies send a fresh one per chunk): later events carry
-  `response_id=None`. Chunks with `choices: []` (the usage chunk, Azure's first
-  `prompt_filter_results` chunk with `id: ""`), choices without `delta` (or `delta: null`),
-  padding fields (`obfuscation`, Mistral's `p`), `usage: null`, unknown fields and `object`
-  values are progress.
-- Choices: lockgate asks for one. The first choice index that carries content (text,
-  refusal, reasoning, a tool-call fragment) is THE choice; another index carrying content
-  fails (`lifecycle`, "two choices …"). A single choice at index 1 is fine. `finish_reason`
-  counts only from THE choice (or, while no choice carried content, from the first choice
-  index that sent one).
-- Several finish chunks are idempotent (the same value again, or null later: the earlier one
-  stays); a different non-null finish later is `lifecycle` at once. Content after the finish
-  is accepted (Gemini through proxies sends finish_reason on every chunk) only if a new finish
-  of THE choice or `[DONE]` follows it: a bare end of body after such content is
-  `stream_ended` (the finish does not cover what came after it).
-- Text: `delta.content` as a string (null, absent and "" alike) or a list of typed parts
-  (Mistral): `text` parts are text, `thinking` parts (`thinking: [{type: text, text}]`) are
-  raw reasoning, other parts are ignored. `delta.refusal` is a refusal. Only `delta` is
-  read, never `message` (Writer and Perplexity repeat content there).
-- Reasoning: `delta.reasoning_content` (DeepSeek, llama.cpp), `delta.reasoning` (vLLM,
-  OpenRouter) and `delta.reasoning_details[]` (OpenRouter; text and summary entries, not
-  encrypted data) are shown as `ReasoningDelta`; details are shown only when the same delta
-  carries no `reasoning`/`reasoning_content` text (OpenRouter repeats each piece in both).
-  For replay, `reasoning_content` is concatenated and `reasoning_details` merged by
-  (index, type) (`text`/`summary`/`data` concatenated, other fields: last non-null wins,
-  first-seen order); just before `ResponseCompleted` they become
-  `NativeOutput("reasoning", {"reasoning_content": …})` and/or
-  `NativeOutput("reasoning", {"reasoning_details": […]})`. `delta.reasoning` is not replayed.
-  The merged details are bounded while they stream, as the gate bounds native output at the
-  end: at most `MAX_REASONING_DETAILS_ENTRIES` (256) entries, and
-  `MAX_REASONING_DETAILS_CHARS` (4 Mi) characters in all — field names, concatenated pieces
-  and every other value counted; beyond either, `bound_exceeded`. An entry with no text to
-  show (encrypted data) is `ResponseProgress(content=True)`: output has begun.
-- Tool-call fragments are routed by index AND id. A fragment opens a NEW call when nothing
-  is open for its routing key, or it carries a non-empty id different from the open call's
-  non-empty id (Ollama sends parallel calls at index 0), or a non-empty name different from
-  the open call's non-empty name. The routing key is the fragment's integer `index` (a key,
-  never a list position); a fragment without an index continues the most recently opened
-  or continued call unless a rule above says it is new. Ids and names are set, never
-  concatenated (`""` and null mean absent): a first non-empty id or name of an open call is
-  `ToolCallIdentified`; a name may arrive after arguments. String `arguments` are appended
-  as they are; a JSON object/array is serialized once (compact, not ASCII-escaped). Gate
-  keys are "0", "1", … in opening order. A call still without an id when the response ends
-  (completed, or truncated by `length`) gets `call_` + sha256(f"{response_id}:{key}")[:24],
-  as `ToolCallIdentified` just before the terminal event. Arguments that do not parse are the
-  gate's business (it rejects the whole batch).
-- Usage: from any chunk (`usage`, or `x_groq.usage`; the last non-null wins), attached to the
-  terminal event; none reported means `usage=None`, never zero.
-- Malformed (`malformed_event`): data not UTF-8 JSON within the nesting bound, not an
-  object; `choices` not a list; a choice not an object, its `index` not an int (absent
-  means 0) or its `finish_reason` not a string; `delta` not an object; `content` neither
-  a string, a list nor null; `tool_calls` not a list; a fragment or its `function` not an
-  object; a fragment `index` not an int; `id`/`name` not a string or null; `arguments` not
-  a string, object, array or null. Anything after the terminal event ([DONE] twice, a
-  chunk after [DONE]) reaches the gate as an event, which refuses it.
+Chat has no terminal snapshot: the gate builds the decision from the streamed parts. The
+decoder checks shapes (a field of the wrong type is `malformed_event`) and leaves lifecycle
+and batch validation to the gate; what it shares with the other decoders comes from the
+decoding kit (`providers/decoding.py`).
 """
 
 from __future__ import annotations

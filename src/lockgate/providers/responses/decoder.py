@@ -1,19 +1,16 @@
 """OpenAI Responses stream decoding: native events to normalized events.
 
-The completion rule for Responses: a decision is released only at `response.completed`
-whose `status` is `completed`; its `output` snapshot must list exactly the function calls
-that streamed (the gate compares them). `response.failed`, `response.incomplete` and
-`error` (flat or nested) fail the response; a body that ends without a terminal event
-releases nothing.
+THE COMPLETION RULE is written once, in `docs/wire/responses.md` (each line with the lab
+scenario that proves it); this module implements it. In short: a decision only at
+`response.completed` with status `completed`, whose output snapshot lists exactly the calls
+that streamed (the gate compares them); `response.failed`, `response.incomplete` and `error`
+fail; a call the provider marks incomplete fails closed; provider-executed items are kept
+opaque and replayed, never executed; items asking the client for an action lockgate cannot
+take fail closed; anything after the terminal event fails (a gateway's `data: [DONE]` is a
+sentinel, not an event).
 
-As reality sends it: the response starts with the first lifecycle event that carries the
-`response` object (`response.created`, or `response.queued` / `response.in_progress` in
-background mode); data-only gateways (no `event:` lines) and a trailing `data: [DONE]` are
-tolerated. Items the provider executed itself (`web_search_call`, `file_search_call`,
-`mcp_list_tools` …) are provider-side output: kept opaque and replayed, never executed.
-A function call the provider marks `incomplete` fails closed. A refusal is kept apart from
-the answer text. The decoder checks shape (a JSON object with a string `type`, typed fields,
-bounded nesting) and leaves lifecycle and validation rules to the gate.
+The decoder checks shape (through the decoding kit, `providers/decoding.py`) and leaves
+lifecycle and validation rules to the gate.
 """
 
 from __future__ import annotations
