@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.3.0"
+from .version import __version__
 
 _EXPORTS = {
     "StreamingModelClient": "client",

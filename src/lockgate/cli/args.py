@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
-from .. import __version__, defaults
+from .. import defaults
+from ..version import __version__
 from .codes import EXIT_USAGE
 
 if TYPE_CHECKING:

@@ -1,0 +1,3 @@
+"""lockgate's version, in the one place the package, the command line and the build read it."""
+
+__version__ = "0.3.0"
