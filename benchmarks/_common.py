@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,7 +39,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KEY = "sk-benchmark-not-a-secret"
 MODEL = "bench-model"
 HISTORY = (Message("user", "Fix the bug in calculator.py."),)
-PATHS = {"responses": "/responses", "chat": "/chat/completions", "anthropic": "/v1/messages"}
 
 
 def raise_fd_limit() -> None:
@@ -74,13 +74,19 @@ def server() -> Iterator[str]:
 
 
 def base_url(origin: str, spec: StreamSpec) -> str:
-    """The base URL each protocol's SDK takes (Anthropic: the host root)."""
-    root = f"{origin}/{spec.name}"
-    return root if spec.protocol == "anthropic" else f"{root}/v1"
+    """The base URL the protocol's SDK takes for the server's stream `spec` (as the lab's
+    renderer gives it: OpenAI's `…/v1`, Anthropic's host root)."""
+    return PROVIDERS[spec.protocol].render().base_url(f"{origin}/{spec.name}")
+
+
+def sdk_path(protocol: str) -> str:
+    """The request path relative to the SDK's base URL (`/responses`, `/v1/messages`)."""
+    renderer = PROVIDERS[protocol].render()
+    return renderer.path.removeprefix(urllib.parse.urlsplit(renderer.base_url("")).path)
 
 
 def endpoint(origin: str, spec: StreamSpec) -> str:
-    return base_url(origin, spec) + PATHS[spec.protocol]
+    return base_url(origin, spec) + sdk_path(spec.protocol)
 
 
 # --- lockgate ---------------------------------------------------------------------------
@@ -141,7 +147,7 @@ async def sdk_raw_post(client: Any, protocol: str, body: bytes) -> httpx2.Respon
         anthropic.AsyncStream[object] if protocol == "anthropic" else openai.AsyncStream[object]
     )
     response: httpx2.Response = await client.post(
-        PATHS[protocol],
+        sdk_path(protocol),
         cast_to=httpx2.Response,
         content=body,
         stream=True,

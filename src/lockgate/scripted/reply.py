@@ -1,7 +1,7 @@
 """A scripted reply, described once and rendered by each protocol as its own native bytes.
 
 A `Reply` says what the model sends (text, reasoning, refusals, calls, provider-side tool
-work) and how the stream ends; each provider's lab renderer (`providers/<name>/lab.py`)
+work) and how the stream ends; each provider's lab renderer (`providers/<name>/render.py`)
 turns it into that protocol's events, with the ids, indexes, fragments and terminal events
 the live API sends. Faults (`script.Faults`) then shape the bytes, the same for every
 protocol.
