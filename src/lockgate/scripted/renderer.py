@@ -85,6 +85,19 @@ class Renderer(Protocol):
         ...
 
 
+class StreamFlagRenderer:
+    """What a protocol with one request path and a `stream` flag in its body answers (the
+    OpenAI protocols, Anthropic): mixed into its renderer, which sets `path`."""
+
+    path: str
+
+    def answers(self, path: str) -> bool:
+        return path.split("?", 1)[0] == self.path
+
+    def is_streaming(self, path: str, body: object) -> bool:
+        return isinstance(body, dict) and body.get("stream") is True
+
+
 class ReplyBuilder(Protocol):
     """What a renderer does with each kind of reply part (`number`: the part's 1-based
     position, for the ids a protocol derives from it), and with the reply's ending."""

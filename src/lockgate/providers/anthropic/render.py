@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ...scripted.renderer import Frame, typed_sse_frame, walk
+from ...scripted.renderer import Frame, StreamFlagRenderer, typed_sse_frame, walk
 from ...scripted.reply import (
     LAB_MODEL,
     Call,
@@ -380,7 +380,7 @@ def sse_bytes(event: Frame) -> bytes:
     return AnthropicRenderer().frame(event)
 
 
-class AnthropicRenderer:
+class AnthropicRenderer(StreamFlagRenderer):
     """The Anthropic side of the lab and of `lockgate serve --provider anthropic`."""
 
     provider = "anthropic"
@@ -412,12 +412,6 @@ class AnthropicRenderer:
 
     def reset_headers(self, seconds: float) -> dict[str, str]:
         return anthropic_reset_headers(seconds)
-
-    def answers(self, path: str) -> bool:
-        return path.split("?", 1)[0] == self.path
-
-    def is_streaming(self, path: str, body: object) -> bool:
-        return isinstance(body, dict) and body.get("stream") is True
 
     def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
         """The result for `call_id`, only if it is in the user message right after the

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ...scripted.renderer import Frame, walk
+from ...scripted.renderer import Frame, StreamFlagRenderer, walk
 from ...scripted.reply import (
     Call,
     OpeningError,
@@ -182,7 +182,7 @@ def render(reply: Reply) -> list[Frame]:
     return stream.builder.events
 
 
-class ChatRenderer:
+class ChatRenderer(StreamFlagRenderer):
     """The Chat Completions side of the lab and of `lockgate serve --provider chat`."""
 
     provider = "chat"
@@ -250,12 +250,6 @@ class ChatRenderer:
 
     def reset_headers(self, seconds: float) -> dict[str, str]:
         return openai_reset_headers(seconds)
-
-    def answers(self, path: str) -> bool:
-        return path.split("?", 1)[0] == self.path
-
-    def is_streaming(self, path: str, body: object) -> bool:
-        return isinstance(body, dict) and body.get("stream") is True
 
     def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
         messages = list(request.get("messages", []))

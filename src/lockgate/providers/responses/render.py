@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ...scripted.renderer import Frame, typed_sse_frame, walk
+from ...scripted.renderer import Frame, StreamFlagRenderer, typed_sse_frame, walk
 from ...scripted.reply import (
     Call,
     OpeningError,
@@ -346,7 +346,7 @@ def render(reply: Reply) -> ResponseBuilder:
     return stream.builder
 
 
-class ResponsesRenderer:
+class ResponsesRenderer(StreamFlagRenderer):
     """The Responses side of the lab and of `lockgate serve --provider responses`."""
 
     provider = "responses"
@@ -385,12 +385,6 @@ class ResponsesRenderer:
 
     def reset_headers(self, seconds: float) -> dict[str, str]:
         return openai_reset_headers(seconds)
-
-    def answers(self, path: str) -> bool:
-        return path.split("?", 1)[0] == self.path
-
-    def is_streaming(self, path: str, body: object) -> bool:
-        return isinstance(body, dict) and body.get("stream") is True
 
     def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
         items = list(request.get("input", []))
