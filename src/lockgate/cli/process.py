@@ -76,14 +76,23 @@ def temporary_directory(prefix: str) -> Iterator[str]:
 
 
 def read_api_key(provider: Provider, variable: str | None) -> str:
-    """The key from the provider's variable (or `--api-key-env`), checked before any
-    request; then removed from the environment so that no child process inherits it."""
+    """The key from `variable` (`--api-key-env`), else the provider's variable or the first
+    of its fallbacks that is set; checked before any request, then removed from the
+    environment so that no child process inherits it."""
     from ..credentials import api_key_problem
 
-    variable = variable or provider.key_variable
+    if variable is None:
+        # The provider's variable, else the first of its fallbacks that is set.
+        candidates = (provider.key_variable, *provider.key_fallbacks)
+        variable = next((name for name in candidates if os.environ.get(name)), candidates[0])
     key = os.environ.get(variable)
     if key is None or key == "":
-        raise UsageError(f"{variable} is not set; no request was made")
+        names = (
+            " or ".join((variable, *provider.key_fallbacks))
+            if variable == provider.key_variable
+            else variable
+        )
+        raise UsageError(f"{names} is not set; no request was made")
     problem = api_key_problem(key)
     if problem is not None:
         raise UsageError(f"{variable}: {problem}; no request was made")

@@ -3,6 +3,8 @@ protocol, then each protocol's own (its quirks and rules), from its lab renderer
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..conversation import Usage
 from ..errors import FailureKind
 from ..scripted.reply import Broken, Call, OpeningError, Refuse, Reply, ReplyUsage, Say, Think
@@ -507,7 +509,22 @@ def _all_scenarios() -> tuple[Scenario, ...]:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise RuntimeError(f"scenario names used twice: {', '.join(duplicates)}")
-    return (*NEUTRAL_SCENARIOS, *own)
+    unplayable = {
+        name: set(entry.unplayable()) if entry.unplayable is not None else set()
+        for name, entry in PROVIDERS.items()
+    }
+    neutral = [
+        dataclasses.replace(
+            scenario,
+            protocols=frozenset(
+                p for p, skipped in unplayable.items() if scenario.name not in skipped
+            ),
+        )
+        if any(scenario.name in skipped for skipped in unplayable.values())
+        else scenario
+        for scenario in NEUTRAL_SCENARIOS
+    ]
+    return (*neutral, *own)
 
 
 SCENARIOS: tuple[Scenario, ...] = _all_scenarios()

@@ -288,6 +288,8 @@ class ScriptedServer:
                     self.paused.set()
                     await client_gone
                     return False
+            if client_gone.done():
+                return False  # it left during the last action (a final stall)
         except ConnectionError:
             return False
         finally:

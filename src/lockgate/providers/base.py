@@ -13,7 +13,7 @@ nothing of any one provider.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -131,3 +131,7 @@ class Provider:
     render: Callable[[], Renderer]  # its lab renderer
     scenarios: Callable[[], Sequence[Scenario]]  # its own lab scenarios
     options: type | None = None  # its own options dataclass (fields declared with `option`)
+    # Neutral scenarios its wire cannot express, each with the reason (the lab skips them).
+    unplayable: Callable[[], Mapping[str, str]] | None = None
+    # Variables that may hold the key when `key_variable` is not set, in order.
+    key_fallbacks: tuple[str, ...] = ()
