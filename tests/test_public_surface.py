@@ -1,5 +1,4 @@
-"""The public surface: `lockgate.__all__` names exactly what `import lockgate` offers, each
-importable, and importing the package loads no SDK."""
+"""The public surface: `lockgate.__all__` resolves, and importing lockgate loads no SDK."""
 
 from __future__ import annotations
 

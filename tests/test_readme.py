@@ -1,5 +1,9 @@
-"""The README's promises that can be checked mechanically: its scenario table lists every
-lab scenario in the order the lab runs them, and its library example runs as written."""
+"""The README's promises that can be checked mechanically.
+
+Its scenario table lists every lab scenario in the order the lab runs them, every provider
+is documented, its library example runs as written and its script example is a valid
+script.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,15 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 from lockgate.lab.scenarios import SCENARIOS
 from lockgate.providers import PROVIDERS
 from lockgate.scripted.scenario import text_turn
+from lockgate.scripted.script import load_script
 
-from .helpers import ServerThread
+from .helpers import ROOT, ServerThread
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_scenario_table_is_the_labs_own_order() -> None:
@@ -56,3 +60,11 @@ def test_the_library_example_runs_as_written() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("()")  # a text answer: no tool calls
     assert "DecisionReady" in result.stdout
+
+
+def test_readme_script_example_is_a_valid_script() -> None:
+    block = README.split("```json\n", 1)[1].split("```", 1)[0]
+    turns = load_script(block).turns
+    assert [turn.status for turn in turns] == [429, 200, 200]
+    assert turns[1].connection_error
+    assert turns[2].faults.line_ending == "crlf"

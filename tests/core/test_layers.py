@@ -26,12 +26,14 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     # the seams and the rules on them
-    frozenset({"transport", "codec", "http", "sdk", "retry", "gate", "tools"}),
+    frozenset({"transport", "codec", "http", "sdk", "retry", "gate", "tools", "gateway"}),
     # the agent: the client, the loop and the repair fixture, the display
     frozenset({"client", "loop", "context", "fixture", "session", "display"}),
     # the lab's vocabulary, below the providers that render it
     frozenset({"scripted"}),
     frozenset({"providers"}),
+    # the gate on the wire, on every provider's gateway
+    frozenset({"proxy"}),
     # the lab runs scenarios through the providers
     frozenset({"lab"}),
     frozenset({"cli", "__main__"}),

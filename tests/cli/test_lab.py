@@ -1,0 +1,131 @@
+"""`lockgate lab` on the command line: its table, each run's trace, retries, --json, --list."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from lockgate.fixture import CALCULATOR
+from lockgate.lab.runner import lab_runs
+from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS, SCENARIOS_BY_NAME
+from lockgate.providers import PROVIDERS
+
+from ..helpers import (
+    closings,
+    json_records,
+    no_traceback,
+    retry_lines,
+    run_lockgate,
+)
+
+HEADER = re.compile(r"== (\S+) \((\w+), (\w+)\) ==")
+
+
+def lab(*args: str) -> tuple[int, str, str]:
+    result = run_lockgate("lab", *args)
+    # (The fixture's failing unit test prints a traceback inside an indented tool result.)
+    assert no_traceback(result.stdout + result.stderr)
+    return result.returncode, result.stdout, result.stderr
+
+
+def headers(stderr: str) -> list[tuple[str, str, str]]:
+    """The `== SCENARIO (PROVIDER, TRANSPORT) ==` line of each run, in order."""
+    return [match.groups() for match in map(HEADER.fullmatch, stderr.splitlines()) if match]  # type: ignore[misc]
+
+
+def table_rows(stdout: str) -> list[list[str]]:
+    """The cells of each row of the lab's summary table."""
+    return [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in stdout.splitlines()
+        if line.startswith("│")
+    ]
+
+
+def test_lab_runs_every_scenario_and_exits_zero() -> None:
+    # Every run over both transports is played in-process by tests/lab/test_runner.py; here
+    # the CLI plays every in-process run and prints one table.
+    code, out, _ = lab("--transport", "inprocess")
+    assert code == 0, out
+    runs = lab_runs(None, list(PROVIDERS), "inprocess")
+    rows = table_rows(out)
+    assert [tuple(row[:3]) for row in rows] == [(s.name, p, kind) for s, p, kind in runs]
+    assert [row[-1] for row in rows] == ["ok"] * len(runs)
+    assert out.splitlines()[-1] == f"{len(runs)} of {len(runs)} runs behaved as expected"
+
+
+@pytest.mark.parametrize(
+    "name", ["disconnect", "malformed", "output-limit", "second-call-invalid", "cleanup-failure"]
+)
+def test_lab_failure_scenario_trace(name: str) -> None:
+    code, out, err = lab("--scenario", name)
+    assert code == 0, err
+    scenario = SCENARIOS_BY_NAME[name]
+    runs = lab_runs(scenario, list(PROVIDERS), "both")
+    assert headers(err) == [(name, provider, kind) for _, provider, kind in runs]
+    endings = closings(out)
+    assert [e.kind for e in endings] == [scenario.expect.outcome] * len(runs)
+    assert [(e.executed_tools, e.source) for e in endings] == [(0, CALCULATOR)] * len(runs)
+
+
+def test_lab_repair_trace_shows_fixed_file() -> None:
+    code, out, _ = lab("--scenario", "repair")
+    assert code == 0
+    endings = closings(out)
+    runs = len(lab_runs(SCENARIOS_BY_NAME["repair"], list(PROVIDERS), "both"))
+    assert [(e.stopped, e.executed_tools, e.source) for e in endings] == [
+        ("model_finished", 6, FIXED_SOURCE)
+    ] * runs
+
+
+def test_lab_retry_trace_reports_retries() -> None:
+    code, _, err = lab("--scenario", "retry")
+    assert code == 0
+    runs = len(lab_runs(SCENARIOS_BY_NAME["retry"], list(PROVIDERS), "both"))
+    assert [(r.attempt, r.max_attempts) for r in retry_lines(err)] == [(2, 3), (3, 3)] * runs
+
+
+def test_lab_json_trace_is_json_lines() -> None:
+    result = run_lockgate("lab", "--scenario", "repair", "--provider", "responses", "--json")
+    assert result.returncode == 0
+    records = json_records(result.stdout)
+    kinds = {record["event"] for record in records}
+    assert {
+        "response_started",
+        "text_delta",
+        "tool_started",
+        "tool_finished",
+        "decision_ready",
+        "final",
+    } <= kinds
+    finals = [record for record in records if record["event"] == "final"]
+    assert [final["source"] for final in finals] == [FIXED_SOURCE, FIXED_SOURCE]
+    runs = [record for record in records if record["event"] == "lab_run"]
+    assert [(r["transport"], r["as_expected"]) for r in runs] == [
+        ("inprocess", True),
+        ("http", True),
+    ]
+    assert records[-1] == runs[-1]  # each run's record follows its final record
+
+
+def test_lab_json_summary_has_one_line_per_run() -> None:
+    result = run_lockgate("lab", "--transport", "inprocess", "--json")
+    assert result.returncode == 0
+    records = json_records(result.stdout)
+    runs = lab_runs(None, list(PROVIDERS), "inprocess")
+    assert [(r["scenario"], r["provider"]) for r in records] == [(s.name, p) for s, p, _ in runs]
+    assert all(r["as_expected"] and r["problems"] == [] for r in records)
+    assert {r["transport"] for r in records} == {"inprocess"}
+
+
+def test_lab_list_names_every_scenario_once_with_its_protocols() -> None:
+    result = run_lockgate("lab", "--list", "--json")
+    assert result.returncode == 0, result.stderr
+    records = json_records(result.stdout)
+    assert [r["name"] for r in records] == [s.name for s in SCENARIOS]
+    assert all(r["event"] == "scenario" and r["summary"] and r["expected"] for r in records)
+    human = run_lockgate("lab", "--list", "--provider", "chat")
+    lines = human.stdout.splitlines()
+    assert lines[-1] == f"{len(lines) - 1} scenarios"
+    assert all(not line.split()[0].startswith(("anthropic-", "responses-")) for line in lines[:-1])

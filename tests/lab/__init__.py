@@ -1,0 +1,1 @@
+"""Tests of the lab: the scenario runner, the replay and the scripted server."""

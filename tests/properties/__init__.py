@@ -1,0 +1,1 @@
+"""Property-based tests: fragmentation, corruption, openings and garbage, for every protocol."""

@@ -1,0 +1,1 @@
+"""Tests of the providers: the shared decoding kit, real-traffic conformance, each protocol."""
