@@ -168,7 +168,13 @@ def test_run_http_error_is_one_line_without_retry() -> None:
     assert_no_traceback(result)
 
 
-PATHS = {"responses": "/v1/responses", "chat": "/v1/chat/completions", "anthropic": "/v1/messages"}
+PATHS = {
+    "responses": "/v1/responses",
+    "chat": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    # the model is in Gemini's path, and the path (not the body) asks for the stream
+    "gemini": "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+}
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
@@ -195,7 +201,8 @@ def test_run_repairs_the_fixture_with_every_provider(provider: str) -> None:
         FIXED_SOURCE,
     )
     assert [r.path for r in requests] == [PATHS[provider]] * 7
-    assert all(r.body["stream"] is True for r in requests)
+    renderer = PROVIDERS[provider].render()
+    assert all(renderer.is_streaming(r.path, r.body) for r in requests)
     assert f"sk-{provider}-run-test" not in result.stdout + result.stderr
 
 

@@ -123,7 +123,9 @@ def bound_reply(text: int, calls: int, arguments: int) -> Reply:
 
 
 def split_at_last_delta(frames: list[bytes]) -> tuple[list[bytes], list[bytes]]:
-    markers = (b"delta", b'"tool_calls"', b'"content":"x"')
+    # The last frame that carries content, in any protocol's words (Gemini sends whole
+    # chunks: text parts and whole calls).
+    markers = (b"delta", b'"tool_calls"', b'"content":"x"', b'"text":"x"', b'"functionCall"')
     last = max(i for i, frame in enumerate(frames) if any(m in frame for m in markers))
     return frames[: last + 1], frames[last + 1 :]
 
@@ -207,6 +209,11 @@ EMPTY_TEXT = {
         ],
         b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
         b'"delta":{"type":"text_delta","text":""}}\n\n',
+    ),
+    "gemini": (
+        [],
+        b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":""}]}}],'
+        b'"responseId":"g"}\r\n\r\n',
     ),
 }
 

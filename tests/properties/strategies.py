@@ -18,6 +18,7 @@ from lockgate.fixture import ALL_TOOLS, FIXTURE_FILES
 from lockgate.lab.replay import ReplayTransport
 from lockgate.providers import PROVIDERS
 from lockgate.providers.base import CodecOptions
+from lockgate.providers.decoding import compact_json
 from lockgate.scripted.renderer import Frame
 from lockgate.scripted.reply import Call, Reply, Say, Think
 from lockgate.scripted.script import Faults, Turn
@@ -141,3 +142,10 @@ def mutate(frame: Frame, choice: int, replacement: str) -> Frame:
         node, key = targets[choice % len(targets)]
         node[key] = replacement
     return mutated
+
+
+def sent_arguments(provider: str, text: str) -> str:
+    """The argument bytes the protocol carries for a call the reply makes: as written,
+    except on Gemini, which sends arguments as a JSON object (lockgate keeps its compact
+    JSON)."""
+    return compact_json(json.loads(text)) if provider == "gemini" else text

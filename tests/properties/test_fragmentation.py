@@ -17,7 +17,15 @@ from lockgate.conversation import CallPart, Message, NativeItem
 from lockgate.scripted.reply import Call, Reply, Say, Think
 from lockgate.scripted.script import Faults, Turn
 
-from .strategies import PROTOCOLS, REASONING_ITEMS, decide, frames_of, framings, replies
+from .strategies import (
+    PROTOCOLS,
+    REASONING_ITEMS,
+    decide,
+    frames_of,
+    framings,
+    replies,
+    sent_arguments,
+)
 
 EXAMPLES = 200  # per protocol
 
@@ -69,7 +77,7 @@ def test_any_fragmentation_gives_the_replys_own_decision(provider: str) -> None:
         assert cut == whole  # the whole decision: text, calls, output items, usage
         assert whole.content == "".join(p.text for p in reply.parts if isinstance(p, Say))
         assert [(c.id, c.name, c.arguments_json) for c in whole.tool_calls] == [
-            (c.call_id, c.name, c.argument_text) for c in reply.calls
+            (c.call_id, c.name, sent_arguments(provider, c.argument_text)) for c in reply.calls
         ]
         if provider in REASONING_ITEMS:
             decided = reasoning_and_calls(whole)

@@ -64,6 +64,11 @@ JUSTIFIED: dict[str, tuple[str, str]] = {
 }
 
 
+# Gemini's `parameters` are an OpenAPI subset, not JSON Schema: the recording's tools are
+# checked for their names and for arguments that are objects.
+PERMISSIVE = {"type": "object"}
+
+
 def _function_tools(
     protocol: str, request: Mapping[str, Any] | None
 ) -> tuple[list[ToolSpec], list[str]]:
@@ -71,8 +76,19 @@ def _function_tools(
     made (noted, not fatal)."""
     specs: list[ToolSpec] = []
     refused: list[str] = []
-    for tool in (request or {}).get("tools") or []:
-        if protocol == "responses":
+    tools = (request or {}).get("tools") or []
+    if protocol == "gemini":  # tools: [{functionDeclarations: [...]}], many to one entry
+        tools = [
+            {"gemini": declaration}
+            for tool in tools
+            for declaration in tool.get("functionDeclarations") or []
+        ]
+    for tool in tools:
+        if protocol == "gemini":
+            declaration = tool["gemini"]
+            name, description = declaration.get("name"), declaration.get("description")
+            schema = declaration.get("parametersJsonSchema") or PERMISSIVE
+        elif protocol == "responses":
             if tool.get("type") != "function":
                 continue
             name, description, schema = (
