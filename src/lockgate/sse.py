@@ -9,6 +9,7 @@ buffered whole. Data stays bytes: JSON decoding happens later, on complete event
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import FailureKind, ResponseFailure
@@ -150,3 +151,160 @@ def _events(frames: list[bytes]) -> list[ServerSentEvent]:
         if data is not None:
             events.append(ServerSentEvent(name, data))
     return events
+
+
+# --- raw framing (for forwarding a stream byte for byte) ---------------------------------
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_COLON = 58  # ':', a comment line's first byte
+_CR_BYTE = 13
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class RawFrame:
+    """One SSE frame exactly as it arrived: `raw`, its bytes through the blank line that
+    ended it, original line ends included; `event`, what `SSEDecoder` makes of it (None:
+    the frame holds no `data:` line, so no event is dispatched); `keepalive`, it holds only
+    comment lines (and blank lines)."""
+
+    raw: bytes
+    event: ServerSentEvent | None
+    keepalive: bool
+
+
+def _frame(raw: bytes, content: bytes) -> RawFrame:
+    """A frame from its raw bytes and its content (LF line ends, without its blank line)."""
+    events = _events([content])
+    if events:
+        return RawFrame(raw, events[0], False)
+    keepalive = all(not line or line[0] == _COLON for line in content.split(_LF))
+    return RawFrame(raw, None, keepalive)
+
+
+def _normalized(raw: bytes) -> bytes:
+    return raw.replace(b"\r\n", _LF).replace(_CR, _LF)
+
+
+def _cut(tail: bytes) -> bool:
+    """Whether an unterminated tail holds any line but a `:` comment (`SSEDecoder.finish`)."""
+    return any(line and line[0] != _COLON for line in _normalized(tail).split(_LF))
+
+
+class SSEFramer:
+    """Splits a byte stream into raw SSE frames, each with the event `SSEDecoder` would
+    decode from it, so that a stream can be judged event by event and forwarded byte for
+    byte (the concatenation of the frames and `tail` is exactly the input).
+
+    A separate class, so that `SSEDecoder`'s hot path stays as it is; the semantics are
+    its own: LF, CRLF and CR line ends (a CR at the end of a read may be half of a CRLF,
+    and waits for the next byte), the same parse of each frame (`_events`), the same
+    per-event size bound (the frame's content with LF line ends, while it accumulates and
+    when it arrives whole), and at `finish` the same `cut` rule. A stream without any CR
+    is framed on `\\n\\n` alone (the common case, with a fast path for reads made of whole
+    frames); the first CR switches the stream to a line-by-line scan.
+    """
+
+    __slots__ = ("_buf", "_cr", "_crlf", "_line", "_max", "_scan", "cut", "tail")
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        if max_event_bytes <= 0:
+            raise ValueError("max_event_bytes must be positive")
+        self._max = max_event_bytes
+        self._buf = bytearray()  # the unfinished frame, raw
+        self._cr = False  # a CR was seen: line-by-line scanning from then on
+        self._line = 0  # CR scan: where the current line starts in the buffer
+        self._scan = 0  # where the search for the next line end (or blank line) resumes
+        self._crlf = 0  # CR scan: CRLF pairs in the scanned part of the unfinished frame
+        self.cut = False  # `finish` found the body ending inside an event
+        self.tail = b""  # `finish`: the bytes after the last frame (no blank line ended them)
+
+    def feed(self, chunk: bytes) -> list[RawFrame]:
+        """Accept the next bytes; return the frames they completed."""
+        if not self._cr:
+            if _CR not in chunk:
+                return self._feed_lf(chunk)
+            self._cr = True  # rescan the unfinished frame line by line
+            self._line = self._scan = self._crlf = 0
+        return self._feed_cr(chunk, finishing=False)
+
+    def finish(self) -> list[RawFrame]:
+        """End of stream: a CR held back ends its line; `tail` is what no blank line ended,
+        and `cut` tells whether it holds anything but comments."""
+        frames = self._feed_cr(b"", finishing=True) if self._cr else []
+        self.tail = bytes(self._buf)
+        self.cut = _cut(self.tail)
+        self._buf = bytearray()
+        self._line = self._scan = self._crlf = 0
+        return frames
+
+    def _feed_lf(self, chunk: bytes) -> list[RawFrame]:
+        buf = self._buf
+        if not buf and chunk.endswith(_BLANK) and len(chunk) <= self._max:
+            contents = chunk.split(_BLANK)
+            if not contents[-1]:  # whole frames, and nothing after them (the common read)
+                contents.pop()
+                if len(contents) == 1:
+                    return [_frame(chunk, contents[0])]
+                return [_frame(content + _BLANK, content) for content in contents]
+        search = self._scan
+        buf += chunk
+        frames: list[RawFrame] = []
+        start = 0
+        while True:
+            blank = buf.find(_BLANK, search)
+            if blank < 0:
+                break
+            end = blank + 2
+            if blank - start > self._max:  # a whole frame beyond the bound, in one read
+                raise self._too_big()
+            frames.append(_frame(bytes(buf[start:end]), bytes(buf[start:blank])))
+            start = search = end
+        if start:
+            del buf[:start]
+        self._scan = max(len(buf) - 1, 0)  # a blank line may begin with the last byte
+        if len(buf) > self._max:
+            raise self._too_big()
+        return frames
+
+    def _feed_cr(self, chunk: bytes, *, finishing: bool) -> list[RawFrame]:
+        buf = self._buf
+        buf += chunk
+        frames: list[RawFrame] = []
+        start = 0
+        line = self._line
+        crlf = self._crlf
+        size = len(buf)
+        resume = size
+        for match in _LINE_END.finditer(buf, self._scan):
+            begin, end = match.span()
+            if end == size and end - begin == 1 and buf[begin] == _CR_BYTE and not finishing:
+                resume = begin  # perhaps half of a CRLF: wait for the next byte
+                break
+            if end - begin == 2:
+                crlf += 1
+            if begin == line:  # an empty line ends the frame
+                raw = bytes(buf[start:end])
+                normalized = _normalized(raw)
+                content = normalized[:-2] if normalized.endswith(_BLANK) else normalized[:-1]
+                if len(content) > self._max:
+                    raise self._too_big()
+                frames.append(_frame(raw, content))
+                start = end
+                crlf = 0
+            line = end
+        if start:
+            del buf[:start]
+        self._line = line - start
+        self._scan = resume - start
+        self._crlf = crlf
+        # The unfinished frame with LF line ends (a CR held back is not part of it yet);
+        # at the end it is only the tail, which `SSEDecoder.finish` does not measure.
+        if not finishing and len(buf) - crlf - (size - resume) > self._max:
+            raise self._too_big()
+        return frames
+
+    def _too_big(self) -> ResponseFailure:
+        return ResponseFailure(
+            FailureKind.BOUND_EXCEEDED, f"one SSE event exceeded {self._max} bytes"
+        )

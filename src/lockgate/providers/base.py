@@ -21,6 +21,7 @@ from ..defaults import MAX_OUTPUT_TOKENS
 
 if TYPE_CHECKING:
     from ..codec import ProviderCodec
+    from ..gateway import Gateway
     from ..scripted.renderer import Renderer
     from ..scripted.scenario import Scenario
     from ..transport import ErrorClassifier, Transport, TransportOptions
@@ -131,6 +132,7 @@ class Provider:
     render: Callable[[], Renderer]  # its lab renderer
     scenarios: Callable[[], Sequence[Scenario]]  # its own lab scenarios
     options: type | None = None  # its own options dataclass (fields declared with `option`)
+    gateway: Callable[[], Gateway] | None = None  # its side of the gating engine (`proxy`)
     # Neutral scenarios its wire cannot express, each with the reason (the lab skips them).
     unplayable: Callable[[], Mapping[str, str]] | None = None
     # Variables that may hold the key when `key_variable` is not set, in order.

@@ -13,6 +13,7 @@ from .errors import classify_anthropic_failure
 from .options import AnthropicOptions
 
 if TYPE_CHECKING:
+    from ...gateway import Gateway
     from ...scripted.renderer import Renderer
     from ...scripted.scenario import Scenario
     from ...transport import Transport, TransportOptions
@@ -40,6 +41,12 @@ def _scenarios() -> Sequence[Scenario]:
     return SCENARIOS
 
 
+def _gateway() -> Gateway:
+    from .gateway import GATEWAY
+
+    return GATEWAY
+
+
 PROVIDER = Provider(
     name="anthropic",
     title="Anthropic Messages",
@@ -53,4 +60,5 @@ PROVIDER = Provider(
     render=_render,
     scenarios=_scenarios,
     options=AnthropicOptions,
+    gateway=_gateway,
 )

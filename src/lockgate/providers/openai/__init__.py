@@ -15,6 +15,7 @@ from .errors import classify_openai_failure
 
 if TYPE_CHECKING:
     from ...codec import ProviderCodec
+    from ...gateway import Gateway
     from ...scripted.renderer import Renderer
     from ...scripted.scenario import Scenario
     from ...transport import Transport, TransportOptions
@@ -36,7 +37,8 @@ def openai_provider(
     options: type | None = None,
 ) -> Provider:
     """The registry entry of one OpenAI endpoint: its folder (`providers/<endpoint>/`) holds
-    the renderer (`render.RENDERER`) and the scenarios (`scenarios.SCENARIOS`)."""
+    the renderer (`render.RENDERER`), the scenarios (`scenarios.SCENARIOS`) and the
+    gateway (`gateway.GATEWAY`)."""
     package = f"lockgate.providers.{endpoint}"
 
     def make_transport(transport_options: TransportOptions) -> Transport:
@@ -52,6 +54,10 @@ def openai_provider(
         own: Sequence[Scenario] = importlib.import_module(f"{package}.scenarios").SCENARIOS
         return own
 
+    def gateway() -> Gateway:
+        own: Gateway = importlib.import_module(f"{package}.gateway").GATEWAY
+        return own
+
     return Provider(
         name=endpoint,
         title=title,
@@ -65,4 +71,5 @@ def openai_provider(
         render=render,
         scenarios=scenarios,
         options=options,
+        gateway=gateway,
     )

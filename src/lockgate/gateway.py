@@ -1,0 +1,130 @@
+"""The gateway seam: what a provider gives the gating engine (`lockgate.proxy`) so that the
+gate can stand on the wire, between any client and that provider.
+
+The engine is provider-neutral: it frames the native stream (`sse.SSEFramer`), judges it
+with the provider's own decoder and the gate, forwards or holds each raw frame, and ends a
+refused stream with one error. A `Gateway` supplies the rest, for one protocol: the tools a
+native request exposes, whether a request asks for a stream, which raw events begin an
+action or state the finish (so that the engine holds from there on), which events are
+keep-alives, and the bytes of a keep-alive and of the protocol's stream error (the one its
+official SDK raises on). Each provider implements it in `providers/<name>/gateway.py`.
+
+`declared_tool` builds the `ToolSpec` of a tool as a request declares it (any name, any
+schema: the provider's API has the last word on both), for every gateway alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .codec import StreamDecoder
+from .conversation import ToolSpec
+from .sse import ServerSentEvent
+
+__all__ = ["DeclaredTool", "Gateway", "Refusal", "declared_tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the engine refused a stream, as the client will read it. `kind`: a failure kind
+    (`errors.FailureKind` values), `model_refused`, or `internal_error`; `message`: the
+    whole sentence (it says what lockgate withheld and why); `transient`: a new request
+    may succeed; `withheld`: the tool calls that streamed and were not released."""
+
+    kind: str
+    message: str
+    transient: bool
+    withheld: int
+
+
+class Gateway(Protocol):
+    """One protocol's side of the gating engine."""
+
+    def wants_stream(self, request: Mapping[str, Any]) -> bool:
+        """Whether a native request body asks for a streamed response."""
+        ...
+
+    def tools(
+        self, request: Mapping[str, Any], *, validate_schemas: bool = False
+    ) -> tuple[ToolSpec, ...]:
+        """The function tools a native request exposes (what a call may name). Without
+        `validate_schemas` a call is checked only for its tool's name and for arguments that
+        are a JSON object; with it, also against the tool's own schema (where the schema is
+        a usable JSON Schema)."""
+        ...
+
+    def new_decoder(self) -> StreamDecoder:
+        """The provider's decoder, for one response stream."""
+        ...
+
+    def begins_hold(self, event: ServerSentEvent) -> bool:
+        """Whether the engine holds the stream from this event (one the decoder accepted)
+        on, beyond what the normalized events show: an action (a provider-executed tool, an
+        output item that asks the client for an action, a call in a form the decoder does
+        not read) or the protocol's finish (a client must not see a response finish that
+        lockgate then refuses). Called for every event until the hold: it must be cheap for
+        the common ones."""
+        ...
+
+    def is_keepalive(self, event: ServerSentEvent) -> bool:
+        """Whether an event is a keep-alive (Anthropic's `ping`): it is forwarded at once,
+        even while the engine holds the stream (comment-only frames always are)."""
+        ...
+
+    def keepalive(self) -> bytes:
+        """The bytes of one keep-alive, sent while the engine holds the stream."""
+        ...
+
+    def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
+        """The protocol's stream error for `refusal`, one complete SSE frame the official
+        SDK raises on. `last`: the last event forwarded (None: none was), for a protocol
+        that numbers its events."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredTool(ToolSpec):
+    """A tool as a request declares it: its name and schema are the request's own, taken
+    as they are (the provider validates its requests; lockgate only judges the calls)."""
+
+    def __post_init__(self) -> None:
+        pass
+
+
+def _usable_schema(schema: object) -> bool:
+    """A JSON Schema (Draft 2020-12) describing an object, that the gate can validate with."""
+    if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+        return False
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(dict(schema))
+    except (SchemaError, RecursionError):
+        return False
+    return True
+
+
+def _permissive(schema: object) -> dict[str, Any]:
+    """A schema that accepts any object, and keeps only whether the tool takes parameters
+    (so that empty arguments mean `{}` exactly where the declared schema has none)."""
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if isinstance(properties, Mapping) and properties:
+        return {"type": "object", "properties": {str(name): True for name in properties}}
+    return {"type": "object"}
+
+
+def declared_tool(
+    name: object, description: object, schema: object, *, validate_schemas: bool
+) -> ToolSpec | None:
+    """The `ToolSpec` of one declared tool (None when it has no name). Its schema is used
+    when `validate_schemas` is asked and it is usable; otherwise a permissive one."""
+    if not isinstance(name, str) or not name:
+        return None
+    text = description if isinstance(description, str) else ""
+    if validate_schemas and _usable_schema(schema):
+        assert isinstance(schema, Mapping)
+        return DeclaredTool(name, text, dict(schema))
+    return DeclaredTool(name, text, _permissive(schema))

@@ -1,0 +1,107 @@
+"""The Chat Completions side of the gating engine (`lockgate.proxy`): the function tools of
+a native `POST /chat/completions` body, and the stream error the `openai` SDK raises on.
+
+- **Tools**: `{"type": "function", "function": {"name", "description", "parameters"}}`
+  (absent `parameters`: a tool without parameters).
+- **Held from**: tool-call fragments show in the decoder's events; besides them, the
+  engine holds from the first non-null `finish_reason` (only the end marker confirms a
+  finish, so a client never sees the finish of a refused response), and from a legacy
+  `delta.function_call` (which the decoder does not read, and whose finish
+  `function_call` never succeeds).
+- **The error**: a `data: {"error": {…}}` chunk, and no `[DONE]`: the SDK raises
+  `APIError` on a data object with a truthy `error` key (and `[DONE]` would end its
+  iteration as a success). `type` is `server_error` when a new request may succeed
+  (lockgate's own decoder then reads it as transient), `lockgate_refused` otherwise;
+  `code` names the failure (`lockgate_<kind>`).
+- **Keep-alives**: an SSE comment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ...conversation import ToolSpec
+from ...gateway import Refusal, declared_tool
+from ...jsonlimits import parse_event
+from ...sse import ServerSentEvent
+from ..decoding import compact_json
+from .decoder import ChatDecoder
+
+__all__ = ["GATEWAY", "ChatGateway"]
+
+KEEPALIVE = b": lockgate keep-alive\n\n"
+# A `finish_reason` that is not null. JSON text never holds `"finish_reason"` with both its
+# quotes unescaped inside a string, so only the key itself matches.
+_FINISH = re.compile(rb'"finish_reason"\s*:(?!\s*null)')
+
+
+class ChatGateway:
+    """The OpenAI Chat Completions gateway."""
+
+    def wants_stream(self, request: Mapping[str, Any]) -> bool:
+        return request.get("stream") is True
+
+    def tools(
+        self, request: Mapping[str, Any], *, validate_schemas: bool = False
+    ) -> tuple[ToolSpec, ...]:
+        declared = request.get("tools")
+        if not isinstance(declared, list):
+            return ()
+        tools = (
+            declared_tool(
+                function.get("name"),
+                function.get("description"),
+                function.get("parameters"),
+                validate_schemas=validate_schemas,
+            )
+            for tool in declared
+            if isinstance(tool, dict) and tool.get("type") == "function"
+            for function in [tool.get("function")]
+            if isinstance(function, dict)
+        )
+        return tuple(tool for tool in tools if tool is not None)
+
+    def new_decoder(self) -> ChatDecoder:
+        return ChatDecoder()
+
+    def begins_hold(self, event: ServerSentEvent) -> bool:
+        data = event.data
+        if _FINISH.search(data) is not None:
+            return True  # a finish: only the end marker may confirm it
+        if b'"function_call"' not in data:
+            return False
+        try:
+            payload = parse_event(data)
+        except ValueError:
+            return False
+        choices = payload.get("choices") if type(payload) is dict else None
+        if type(choices) is not list:
+            return False
+        return any(
+            type(choice) is dict
+            and type(choice.get("delta")) is dict
+            and choice["delta"].get("function_call") is not None
+            for choice in choices
+        )
+
+    def is_keepalive(self, event: ServerSentEvent) -> bool:
+        return False
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE
+
+    def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
+        error = {
+            "message": refusal.message,
+            "type": "server_error" if refusal.transient else "lockgate_refused",
+            "code": f"lockgate_{refusal.kind}",
+            "param": None,
+        }
+        return (
+            b"data: " + compact_json({"error": error}).encode("utf-8", "backslashreplace") + b"\n\n"
+        )
+
+
+GATEWAY = ChatGateway()

@@ -1,0 +1,123 @@
+"""The Responses side of the gating engine (`lockgate.proxy`): the function tools of a
+native `POST /responses` body, the output items that begin an action, and the stream error
+the `openai` SDK raises on.
+
+- **Tools**: the flat function tools (`{"type": "function", "name", "description",
+  "parameters"}`); built-in tools (`web_search`, `file_search`, `mcp`, …) are the
+  provider's, and their items are provider output, never calls.
+- **Actions**: `response.output_item.added` / `.done` of any item but a `message` or
+  `reasoning` (a function call, a provider-executed tool, an item asking the client for an
+  action such as `computer_call`): the engine holds the stream from there on. The event name
+  says it without parsing, except on data-only gateways, whose data is searched first.
+- **The error**: `event: error` with the nested form `{"type": "error", "error": {"type",
+  "code", "message"}}`: the SDK raises `APIError` on a data object with a truthy `error`
+  key (the flat form and `response.failed` are only yielded as events). Its
+  `sequence_number` is the one after the last event forwarded, as the stream would have
+  numbered it. `type` is `server_error` when a new request may succeed (lockgate's own
+  decoder then reads it as transient), `lockgate_refused` otherwise; `code` names the
+  failure (`lockgate_<kind>`).
+- **Keep-alives**: an SSE comment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...conversation import ToolSpec
+from ...gateway import Refusal, declared_tool
+from ...jsonlimits import parse_event
+from ...sse import ServerSentEvent
+from ..decoding import compact_json
+from .decoder import ResponsesDecoder
+
+__all__ = ["GATEWAY", "ResponsesGateway"]
+
+_ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+_NOT_ACTIONS = frozenset({"message", "reasoning"})
+KEEPALIVE = b": lockgate keep-alive\n\n"
+
+
+def _payload(event: ServerSentEvent) -> dict[str, Any] | None:
+    try:
+        payload = parse_event(event.data)
+    except ValueError:
+        return None
+    return payload if type(payload) is dict else None
+
+
+class ResponsesGateway:
+    """The OpenAI Responses gateway."""
+
+    def wants_stream(self, request: Mapping[str, Any]) -> bool:
+        return request.get("stream") is True
+
+    def tools(
+        self, request: Mapping[str, Any], *, validate_schemas: bool = False
+    ) -> tuple[ToolSpec, ...]:
+        declared = request.get("tools")
+        if not isinstance(declared, list):
+            return ()
+        tools = (
+            declared_tool(
+                tool.get("name"),
+                tool.get("description"),
+                tool.get("parameters"),
+                validate_schemas=validate_schemas,
+            )
+            for tool in declared
+            if isinstance(tool, dict) and tool.get("type") == "function"
+        )
+        return tuple(tool for tool in tools if tool is not None)
+
+    def new_decoder(self) -> ResponsesDecoder:
+        return ResponsesDecoder()
+
+    def begins_hold(self, event: ServerSentEvent) -> bool:
+        name = event.event
+        if name is not None:
+            if name not in _ITEM_EVENTS:
+                return False
+        elif b"output_item" not in event.data:
+            return False
+        payload = _payload(event)
+        if payload is None or payload.get("type") not in _ITEM_EVENTS:
+            return False
+        item = payload.get("item")
+        return type(item) is dict and item.get("type") not in _NOT_ACTIONS
+
+    def is_keepalive(self, event: ServerSentEvent) -> bool:
+        return False
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE
+
+    def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
+        body: dict[str, Any] = {
+            "type": "error",
+            "error": {
+                "type": "server_error" if refusal.transient else "lockgate_refused",
+                "code": f"lockgate_{refusal.kind}",
+                "message": refusal.message,
+                "param": None,
+            },
+        }
+        number = _sequence_number(last)
+        if number is not None:
+            body["sequence_number"] = number + 1
+        return (
+            b"event: error\ndata: "
+            + compact_json(body).encode("utf-8", "backslashreplace")
+            + b"\n\n"
+        )
+
+
+def _sequence_number(event: ServerSentEvent | None) -> int | None:
+    if event is None:
+        return None
+    payload = _payload(event)
+    number = None if payload is None else payload.get("sequence_number")
+    return number if type(number) is int and number >= 0 else None
+
+
+GATEWAY = ResponsesGateway()

@@ -1,0 +1,574 @@
+"""The gating engine: one native response stream in, the stream a client may see out.
+
+`GatingStream` puts the gate on the wire for any protocol with a gateway
+(`gateway.Gateway`, in `providers/<name>/gateway.py`). It takes the parsed native request
+(its `tools` are what a call may name) and the upstream body as it arrives, and yields the
+bytes for the client:
+
+- **Forward, then hold.** Every SSE frame is forwarded byte for byte as soon as it is
+  complete and judged, until the first frame that carries a tool call or an action (a
+  function call's start, identity or arguments; an item or block the gateway says begins an
+  action: a provider-executed tool, an item asking the client for an action), the
+  protocol's finish (Chat's `finish_reason`, Anthropic's `message_delta`) or its terminal
+  (`response.completed`, Chat's `[DONE]`, `message_stop`). From there on
+  every frame is held, in order, so that no index or sequence number has to be rewritten;
+  comment-only frames and the protocol's keep-alive events (`ping`) still pass at once.
+- **The judgement** is the client's (`client.StreamingModelClient._read`): the provider's
+  decoder and `gate.ResponseGate` on every event, the body read to its end, a body ending
+  inside an event refused as cut, the decoder's `end_of_stream`, then the upstream closed
+  (a failure to close withholds the decision), within the silence limit and the deadline;
+  every bound of `GateLimits` and the per-event byte bound. The whole batch is validated:
+  every call must name a tool of the request, with arguments that are a JSON object (and
+  match the tool's schema with `validate_schemas`). Provider-executed items pass, as in
+  `lockgate run`. A decision releases only when it releases every call that streamed (a
+  refusal releases none: its calls are withheld).
+- **Accepted**: the held frames are released in order, unchanged, then whatever followed
+  the last frame (a comment without its blank line). Apart from keep-alives, the client
+  receives exactly the upstream bytes.
+- **Refused** (a reset, a clean end too early, silence, the deadline, a broken lifecycle,
+  an invalid batch, a bound): the held frames are dropped and the stream ends with ONE
+  frame, the protocol's stream error (`Gateway.refusal_frame`), which says how many tool
+  calls lockgate withheld and why, marked transient where a new request may succeed
+  (transport, cut or clean end, silence, deadline, a failed close, or a provider error the
+  provider marks transient). A terminal is never fabricated.
+- **Keep-alives**: while frames are held, the gateway's keep-alive (an SSE comment; a
+  `ping` for Anthropic) goes out whenever nothing was sent for `keepalive_interval`, so that
+  the client's read timeout does not fire.
+
+The upstream is any async iterable of body bytes; any exception while reading it is a
+transport break. If it has `aclose`, the engine closes it at the end, before releasing
+(as the client does), and on failure or cancellation quietly. Timers run only while the
+engine awaits the upstream, never while the consumer handles a yielded piece: the silence
+limit counts from the start of each read; the deadline from `started_at` (a loop time, by
+default when iteration starts).
+
+`gates`, `capped_body` and `forwarded_headers` are what a server or transport needs for the
+rest: which responses are gated (a 2xx answer to a request that asks for a stream), error
+bodies passed under the existing cap, and the headers to pass on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import (
+    DEADLINE_CHECK_EVERY,
+    DEFAULT_DEADLINE_SECONDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    READ_SLICE_BYTES,
+)
+from ..errors import FailureKind, ResponseFailure
+from ..events import (
+    NativeOutput,
+    Observer,
+    ResponseCompleted,
+    ToolArgumentsDelta,
+    ToolCallIdentified,
+    ToolCallStarted,
+    ignore_event,
+)
+from ..gate import Decision, GateLimits, ResponseGate
+from ..gateway import Gateway, Refusal
+from ..http import ERROR_BODY_CAP_BYTES, describe
+from ..providers.base import Provider
+from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent, SSEFramer
+from ..transport import check_timeout
+
+__all__ = [
+    "DEFAULT_KEEPALIVE_SECONDS",
+    "Accepted",
+    "GatingOptions",
+    "GatingStream",
+    "Refused",
+    "capped_body",
+    "forwarded_headers",
+    "gates",
+]
+
+DEFAULT_KEEPALIVE_SECONDS = 15.0
+MAX_MESSAGE_CHARS = 2000  # of the reason a refusal states
+
+# The normalized events from which a stream is held: a call, and the terminal.
+_HOLDS = frozenset({ToolCallStarted, ToolCallIdentified, ToolArgumentsDelta, ResponseCompleted})
+# Refusals after which a new request may succeed, whatever the provider said.
+_TRANSIENT_KINDS = frozenset(
+    {
+        FailureKind.TRANSPORT,
+        FailureKind.STREAM_ENDED,
+        FailureKind.IDLE_TIMEOUT,
+        FailureKind.DEADLINE,
+        FailureKind.CLEANUP,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GatingOptions:
+    """How a stream is judged: the gate's bounds, the per-event byte bound, the silence
+    limit and the deadline (the client's defaults), the keep-alive interval while frames
+    are held, and whether calls are checked against the request's own schemas."""
+
+    limits: GateLimits = field(default_factory=GateLimits)
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_SECONDS
+    deadline: float = DEFAULT_DEADLINE_SECONDS
+    keepalive_interval: float = DEFAULT_KEEPALIVE_SECONDS
+    validate_schemas: bool = False
+
+    def __post_init__(self) -> None:
+        check_timeout(self.idle_timeout, "idle_timeout")
+        check_timeout(self.deadline, "deadline")
+        check_timeout(self.keepalive_interval, "keepalive_interval")
+        if self.max_event_bytes <= 0:
+            raise ValueError("max_event_bytes must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The stream was released: its decision (what `lockgate run` would act on)."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The stream ended with the protocol's error: why (`failure`: the failure that
+    refused it, when it was one)."""
+
+    refusal: Refusal
+    failure: ResponseFailure | None = None
+
+
+Outcome = Accepted | Refused
+
+
+class _Judge:
+    """Frames, decodes and gates one stream; decides per frame whether it is forwarded now
+    or held. Synchronous: the engine feeds it and sends what it says."""
+
+    __slots__ = (
+        "calls",
+        "clock",
+        "deadline_at",
+        "decision",
+        "decoder",
+        "framer",
+        "gate",
+        "gateway",
+        "held",
+        "holding",
+        "last",
+        "out",
+    )
+
+    def __init__(
+        self,
+        gateway: Gateway,
+        gate: ResponseGate,
+        max_event_bytes: int,
+        clock: Callable[[], float],
+        deadline_at: float,
+    ) -> None:
+        self.gateway = gateway
+        self.framer = SSEFramer(max_event_bytes)
+        self.decoder = gateway.new_decoder()
+        self.gate = gate
+        self.clock = clock
+        self.deadline_at = deadline_at
+        self.decision: Decision | None = None
+        self.holding = False
+        self.held: list[bytes] = []
+        self.out: list[bytes] = []  # to send now
+        self.calls = 0  # tool calls that began
+        self.last: ServerSentEvent | None = None  # the last event forwarded
+
+    def drain(self) -> bytes:
+        out = self.out
+        if not out:
+            return b""
+        self.out = []
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def take(self, chunk: bytes) -> None:
+        """Judge the frames a read completed; raise ResponseFailure to refuse."""
+        if len(chunk) <= READ_SLICE_BYTES:
+            self._frames(self.framer.feed(chunk))
+        else:  # a huge read is framed a slice at a time, the deadline looked at between
+            for start in range(0, len(chunk), READ_SLICE_BYTES):
+                self._frames(self.framer.feed(chunk[start : start + READ_SLICE_BYTES]))
+                self._check_deadline()
+        self._check_deadline()
+
+    def end(self) -> bytes:
+        """The body ended cleanly: the judgement's last steps; the bytes to release."""
+        self._frames(self.framer.finish())
+        if self.framer.cut:
+            raise ResponseFailure(
+                FailureKind.STREAM_ENDED,
+                "the body ended inside an SSE event (the stream was cut); nothing executed",
+            )
+        for event in self.decoder.end_of_stream():
+            result = self.gate.accept(event)
+            if result is not None:
+                self.decision = result
+        decision = self.decision
+        if decision is None:
+            raise ResponseFailure(
+                FailureKind.STREAM_ENDED,
+                "stream ended without a terminal event; nothing executed",
+            )
+        if len(decision.message.tool_calls) != self.calls:
+            raise _ModelRefused(decision)
+        return b"".join([self.drain(), *self.held, self.framer.tail])
+
+    def _check_deadline(self) -> None:
+        if self.clock() > self.deadline_at:
+            raise ResponseFailure(FailureKind.DEADLINE, "no complete response within the deadline")
+
+    def _frames(self, frames: list[RawFrame]) -> None:
+        gateway = self.gateway
+        decoder = self.decoder
+        gate = self.gate
+        for number, frame in enumerate(frames, 1):
+            if not number % DEADLINE_CHECK_EVERY:
+                self._check_deadline()
+            event = frame.event
+            if event is None:  # no data line: nothing to decode
+                if frame.keepalive or not self.holding:
+                    self.out.append(frame.raw)
+                else:
+                    self.held.append(frame.raw)
+                continue
+            hold = self.holding
+            for decoded in decoder.decode(event):
+                result = gate.accept(decoded)
+                if result is not None:
+                    self.decision = result
+                kind = type(decoded)
+                if kind in _HOLDS:
+                    hold = True
+                    if kind is ToolCallStarted:
+                        self.calls += 1
+                elif isinstance(decoded, NativeOutput) and decoded.kind == "provider_output":
+                    hold = True
+            if not hold and gateway.begins_hold(event):
+                hold = True
+            if not hold:
+                self.out.append(frame.raw)
+                self.last = event
+            elif gateway.is_keepalive(event):
+                self.out.append(frame.raw)  # a keep-alive passes, even while holding
+                self.holding = True
+            else:
+                self.held.append(frame.raw)
+                self.holding = True
+
+
+class _ModelRefused(Exception):
+    """A decision that releases fewer calls than streamed (a refusal drops them)."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.finish_reason)
+        self.decision = decision
+
+
+class _Expired(Exception):
+    """The silence limit or the deadline ran out while reading."""
+
+
+async def _next(iterator: AsyncIterator[bytes]) -> bytes | None:
+    return await anext(iterator, None)
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _settle(read: asyncio.Future[bytes | None] | None) -> None:
+    """Cancel a pending read and wait for it to end (without swallowing our own
+    cancellation)."""
+    if read is None:
+        return
+    if not read.done():
+        read.cancel()
+    try:
+        await read
+    except asyncio.CancelledError:
+        if not read.cancelled() or _being_cancelled():
+            raise
+    except Exception:
+        pass
+
+
+class GatingStream:
+    """One gated response stream: iterate it for the bytes to send to the client (once).
+    `outcome` tells, after the iteration, whether it was accepted or refused (None: the
+    iteration was abandoned before the end)."""
+
+    def __init__(
+        self,
+        entry: Provider,
+        request: Mapping[str, Any],
+        upstream: AsyncIterable[bytes],
+        options: GatingOptions | None = None,
+        *,
+        observer: Observer = ignore_event,
+        redact: Callable[[str], str] | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        if entry.gateway is None:
+            raise ValueError(f"provider {entry.name!r} has no gateway")
+        self.gateway: Gateway = entry.gateway()
+        self.options = options or GatingOptions()
+        self.tools = self.gateway.tools(request, validate_schemas=self.options.validate_schemas)
+        self.outcome: Outcome | None = None
+        self._upstream = upstream
+        self._observer = observer
+        self._redact = redact or (lambda text: text)
+        self._started_at = started_at
+        self._used = False
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._used:
+            raise RuntimeError("a GatingStream is iterated once")
+        self._used = True
+        return self._run()
+
+    async def _run(self) -> AsyncIterator[bytes]:
+        options = self.options
+        clock = asyncio.get_running_loop().time
+        start = clock() if self._started_at is None else self._started_at
+        deadline_at = start + options.deadline
+        gate = ResponseGate(self.tools, self._observer, options.limits)
+        judge = _Judge(self.gateway, gate, options.max_event_bytes, clock, deadline_at)
+        iterator = aiter(self._upstream)
+        interval = options.keepalive_interval
+        idle = options.idle_timeout
+        read: asyncio.Future[bytes | None] | None = None
+        last_sent = clock()
+        closed = False
+        try:
+            try:
+                while True:
+                    read_from = clock()
+                    if not judge.holding:
+                        try:
+                            chunk = await self._read(iterator, min(read_from + idle, deadline_at))
+                        except _Expired:
+                            raise self._expired(clock(), deadline_at) from None
+                    else:
+                        read = asyncio.ensure_future(_next(iterator))
+                        while True:
+                            now = clock()
+                            wake = min(read_from + idle, deadline_at, last_sent + interval)
+                            done, _ = await asyncio.wait((read,), timeout=max(0.0, wake - now))
+                            if done:
+                                break
+                            now = clock()
+                            if now >= read_from + idle or now >= deadline_at:
+                                await _settle(read)
+                                read = None
+                                raise self._expired(now, deadline_at)
+                            if now >= last_sent + interval:
+                                yield self.gateway.keepalive()
+                                last_sent = clock()
+                        try:
+                            chunk = read.result()
+                        except Exception as exc:
+                            raise _broke(exc) from None
+                        finally:
+                            read = None
+                    if chunk is None:
+                        break
+                    failure: BaseException | None = None
+                    try:
+                        judge.take(chunk)
+                    except Exception as exc:  # ResponseFailure, or a bug to report as one
+                        failure = exc
+                    data = judge.drain()
+                    if data:
+                        yield data
+                        last_sent = clock()
+                    if failure is not None:
+                        raise failure
+                    if judge.holding and clock() >= last_sent + interval:
+                        yield self.gateway.keepalive()
+                        last_sent = clock()
+                released = judge.end()
+                await self._close(iterator, quietly=False)
+            except Exception as exc:
+                closed = True
+                data = judge.drain()  # judged and forwardable before the refusal
+                await _settle(read)
+                read = None
+                await self._close(iterator, quietly=True)
+                if data:
+                    yield data
+                yield self._refuse(exc, judge)
+                return
+            closed = True
+            assert judge.decision is not None
+            self.outcome = Accepted(judge.decision)
+            if released:
+                yield released
+        finally:
+            # Abandoned (the consumer closed the iteration, or was cancelled): nothing
+            # more is read, and the upstream is closed.
+            try:
+                await _settle(read)
+            finally:
+                if not closed:
+                    await self._close(iterator, quietly=True)
+
+    @staticmethod
+    async def _read(iterator: AsyncIterator[bytes], until: float) -> bytes | None:
+        try:
+            async with asyncio.timeout_at(until) as timer:
+                return await anext(iterator, None)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and timer.expired():
+                raise _Expired from None
+            raise _broke(exc) from None
+
+    def _expired(self, now: float, deadline_at: float) -> ResponseFailure:
+        if now >= deadline_at:
+            return ResponseFailure(
+                FailureKind.DEADLINE,
+                f"no complete response within the {self.options.deadline:g} s deadline",
+            )
+        return ResponseFailure(
+            FailureKind.IDLE_TIMEOUT,
+            f"no bytes for {self.options.idle_timeout:g} s; connection closed",
+        )
+
+    async def _close(self, iterator: AsyncIterator[bytes], *, quietly: bool) -> None:
+        """Close the body: the iterator (an async generator left suspended), then the
+        upstream itself; a failure to close it after the body ended withholds the
+        decision."""
+        if iterator is not self._upstream:
+            finish = getattr(iterator, "aclose", None)
+            if finish is not None:
+                with contextlib.suppress(Exception):
+                    await finish()
+        close = getattr(self._upstream, "aclose", None)
+        if close is None:
+            return
+        try:
+            await close()
+        except Exception as exc:
+            if not quietly:
+                raise ResponseFailure(
+                    FailureKind.CLEANUP,
+                    f"closing the stream failed ({type(exc).__name__}); decision withheld",
+                ) from None
+
+    def _refuse(self, exc: BaseException, judge: _Judge) -> bytes:
+        failure: ResponseFailure | None = None
+        if isinstance(exc, ResponseFailure):
+            failure = exc
+            kind = str(exc.kind)
+            reason = exc.message
+            transient = exc.transient or exc.kind in _TRANSIENT_KINDS
+        elif isinstance(exc, _ModelRefused):
+            kind = "model_refused"
+            message = exc.decision.message
+            reason = f"the model refused ({message.refusal or 'no reason given'})"
+            transient = False
+        else:
+            kind = "internal_error"
+            reason = f"lockgate could not judge the response ({describe(exc)})"
+            transient = False
+        reason = self._redact(reason)
+        if len(reason) > MAX_MESSAGE_CHARS:
+            reason = reason[:MAX_MESSAGE_CHARS] + "…"
+        calls = judge.calls
+        if calls:
+            plural = "" if calls == 1 else "s"
+            text = f"lockgate withheld {calls} tool call{plural}: {kind}: {reason}"
+        else:
+            text = f"lockgate refused the response: {kind}: {reason}"
+        refusal = Refusal(kind, text, transient, calls)
+        self.outcome = Refused(refusal, failure)
+        return self.gateway.refusal_frame(refusal, judge.last)
+
+
+def _broke(exc: BaseException) -> ResponseFailure:
+    return ResponseFailure(FailureKind.TRANSPORT, f"stream broke: {describe(exc)}")
+
+
+# --- what a server or transport needs besides the stream -----------------------------------
+
+
+def gates(gateway: Gateway, request: Mapping[str, Any], status: int) -> bool:
+    """Whether a response goes through the engine: a 2xx answer to a request that asks for
+    a stream. Anything else (a non-streaming request, an error status) passes as it came."""
+    return 200 <= status < 300 and gateway.wants_stream(request)
+
+
+async def capped_body(
+    upstream: AsyncIterable[bytes], cap: int = ERROR_BODY_CAP_BYTES
+) -> AsyncIterator[bytes]:
+    """An error body as it came, its first `cap` bytes (the cap lockgate reads error bodies
+    under); the rest is never read. A body that breaks off ends with what arrived."""
+    sent = 0
+    iterator = aiter(upstream)
+    try:
+        while sent < cap:
+            try:
+                piece = await anext(iterator, None)
+            except Exception:
+                return
+            if piece is None:
+                return
+            piece = piece[: cap - sent]
+            sent += len(piece)
+            if piece:
+                yield piece
+    finally:
+        for target in (iterator, upstream):
+            close = getattr(target, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+            if iterator is upstream:
+                break
+
+
+# Hop-by-hop headers (RFC 9110 §7.6.1) and those a proxy's body changes.
+_NOT_FORWARDED = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",  # a gated or capped body has another length
+        "content-encoding",  # the engine reads and sends decoded bytes
+    }
+)
+
+
+def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream response headers to pass on (`retry-after`, rate-limit headers, request
+    ids, the content type …): all but the hop-by-hop ones and those the body's framing
+    changes (the bytes passed on are the decoded body)."""
+    named = {
+        part.strip().lower()
+        for value in (headers.get("connection"), headers.get("Connection"))
+        if value
+        for part in value.split(",")
+    }
+    return {
+        name: value
+        for name, value in headers.items()
+        if name.lower() not in _NOT_FORWARDED and name.lower() not in named
+    }

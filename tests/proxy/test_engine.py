@@ -1,0 +1,571 @@
+"""The engine's own behaviour, on every protocol: what is forwarded at once and what is held,
+keep-alives while holding, the silence limit, the deadline, breaks, a failed close,
+abandonment and cancellation, the tools of the request, and the helpers for what is not
+gated. Time is virtual (`support.VirtualTimeLoop`): waits cost nothing, and no assertion
+reads a clock."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from lockgate.errors import FailureKind, ResponseFailure, StreamInterrupted
+from lockgate.providers import provider as registry_entry
+from lockgate.proxy import (
+    Accepted,
+    GatingOptions,
+    GatingStream,
+    Refused,
+    capped_body,
+    forwarded_headers,
+    gates,
+)
+from lockgate.scripted.reply import Call, Reply, Say
+from lockgate.scripted.scenario import EDIT_FIX
+from lockgate.sse import SSEDecoder
+
+from .support import (
+    PROTOCOLS,
+    Gated,
+    ends_with_refusal,
+    gate_stream,
+    keepalive_count,
+    options,
+    request_for,
+    run,
+    sdk_raises,
+    sdk_reads,
+    tool_events,
+    without_keepalives,
+)
+
+HANG = object()
+
+
+class Upstream:
+    """A body played step by step: bytes (a read), a number (that many seconds of silence),
+    `HANG` (silent until cancelled) or an exception (raised)."""
+
+    def __init__(self, steps: Sequence[object], *, close_error: bool = False) -> None:
+        self.steps = list(steps)
+        self.close_error = close_error
+        self.yielded = 0
+        self.ended = False
+        self.cancelled = False
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            for step in self.steps:
+                if isinstance(step, bytes):
+                    await asyncio.sleep(0)
+                    self.yielded += 1
+                    yield step
+                elif isinstance(step, int | float):
+                    await asyncio.sleep(step)
+                elif step is HANG:
+                    await asyncio.Event().wait()
+                elif isinstance(step, BaseException):
+                    raise step
+            self.ended = True
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+    async def aclose(self) -> None:
+        self.closed = True
+        if self.close_error:
+            raise OSError("simulated failure while closing")
+
+
+def native_frames(provider: str, reply: Reply) -> list[bytes]:
+    renderer = registry_entry(provider).render()
+    return [renderer.frame(event) for event in renderer.events(reply)]
+
+
+def edit_reply(*, pieces: int = 5, arguments: Any = EDIT_FIX, name: str = "edit") -> Reply:
+    return Reply("resp_engine", (Say("Fixing it now."), Call("call_1", name, arguments, pieces)))
+
+
+def split_at_hold(frames: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """The frames before the first that carries a tool call, and the rest."""
+    for index, frame in enumerate(frames):
+        if tool_events(frame):
+            return frames[:index], frames[index:]
+    raise AssertionError("no tool event")
+
+
+def gate(provider: str, upstream: Any, **overrides: Any) -> Gated:
+    gating = options(**{"deadline": 600.0, **overrides})
+    return run(gate_stream(provider, request_for(provider), upstream, gating))
+
+
+def refusal_of(gated: Gated) -> tuple[str, bool, str]:
+    assert isinstance(gated.outcome, Refused)
+    refusal = gated.outcome.refusal
+    return refusal.kind, refusal.transient, refusal.message
+
+
+# --- forwarded at once, held from the first call ---------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_text_is_forwarded_before_the_upstream_sends_more(provider: str) -> None:
+    frames = native_frames(provider, edit_reply())
+    before, after = split_at_hold(frames)
+    seen = asyncio.Event()
+
+    class Waiting(Upstream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b"".join(before)
+            await seen.wait()  # until the client has the text (else: the silence limit)
+            for frame in after:
+                yield frame
+
+    async def consume() -> tuple[bytes, Accepted | Refused | None]:
+        stream = GatingStream(registry_entry(provider), request_for(provider), Waiting([]))
+        got = b""
+        async for piece in stream:
+            got += piece
+            if got.startswith(b"".join(before)):
+                seen.set()
+        return got, stream.outcome
+
+    output, outcome = run(consume())
+    assert isinstance(outcome, Accepted)
+    assert output == b"".join(frames)
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_held_frames_come_out_only_once_the_body_ended(provider: str) -> None:
+    frames = native_frames(provider, edit_reply(pieces=8))
+    upstream = Upstream(frames)
+    early: list[bytes] = []
+
+    async def consume() -> bytes:
+        stream = GatingStream(registry_entry(provider), request_for(provider), upstream)
+        got = b""
+        async for piece in stream:
+            if not upstream.ended:
+                early.append(piece)
+            got += piece
+        return got
+
+    output = run(consume())
+    assert output == b"".join(frames)
+    assert early  # the text went out early …
+    assert not any(tool_events(piece) for piece in early)  # … and no call did
+    before, _ = split_at_hold(frames)
+    assert b"".join(early) == b"".join(before)
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_refused_stream_drops_what_it_held_and_ends_with_one_error(provider: str) -> None:
+    frames = native_frames(provider, edit_reply())
+    before, after = split_at_hold(frames)
+    gated = gate(provider, Upstream([*before, *after[:2]]))  # a clean end too early
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("stream_ended", True)
+    assert message.startswith("lockgate withheld 1 tool call: stream_ended: ")
+    assert gated.output.startswith(b"".join(before))
+    assert tool_events(gated.output) == []
+    assert ends_with_refusal(gated.output, provider)
+    assert gated.pieces[-1] == gated.output[len(b"".join(before)) :]
+    assert run(sdk_raises(provider, gated.output)) == []
+
+
+# --- keep-alives ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_silent_upstream_gets_keepalives_while_frames_are_held(provider: str) -> None:
+    frames = native_frames(provider, edit_reply())
+    before, after = split_at_hold(frames)
+    upstream = Upstream([*before, after[0], 100.0, *after[1:]])
+    gated = gate(provider, upstream, idle_timeout=200.0, keepalive_interval=15.0, deadline=600.0)
+    assert isinstance(gated.outcome, Accepted)
+    assert keepalive_count(gated.output, gated.gateway) >= 6  # 100 s / 15 s
+    assert gated.gateway.keepalive() in gated.pieces
+    assert without_keepalives(gated.output, gated.gateway) == without_keepalives(
+        b"".join(frames), gated.gateway
+    )
+    assert run(sdk_reads(provider, gated.output)) == []  # keep-alives disturb no SDK
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_keepalives_go_out_while_held_events_flow_without_pause(provider: str) -> None:
+    frames = native_frames(provider, edit_reply(pieces=12))
+    before, after = split_at_hold(frames)
+    steps: list[object] = [*before]
+    for frame in after:
+        steps.extend([frame, 5.0])  # upstream busy all along, every event held
+    gated = gate(provider, Upstream(steps), idle_timeout=10.0, keepalive_interval=15.0)
+    assert isinstance(gated.outcome, Accepted)
+    assert keepalive_count(gated.output, gated.gateway) >= 3
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_no_keepalive_is_added_while_frames_are_forwarded(provider: str) -> None:
+    frames = native_frames(provider, Reply("resp_text", (Say("Just text, slowly.", 6),)))
+    steps: list[object] = []
+    for number, frame in enumerate(frames, 1):
+        # Slow text; the finish and the terminal (held until the end) come together.
+        steps.extend([frame, 20.0] if number < len(frames) - 3 else [frame])
+    gated = gate(provider, Upstream(steps), idle_timeout=30.0, keepalive_interval=15.0)
+    assert isinstance(gated.outcome, Accepted)
+    assert gated.output == b"".join(frames)
+
+
+def test_upstream_keepalives_pass_at_once_even_while_held() -> None:
+    frames = native_frames("anthropic", edit_reply())
+    before, after = split_at_hold(frames)
+    ping = b'event: ping\ndata: {"type": "ping"}\n\n'
+    comment = b": upstream keep-alive\n\n"
+    upstream = Upstream([*before, after[0], ping, comment, *after[1:]])
+    pieces: list[bytes] = []
+
+    async def consume() -> None:
+        stream = GatingStream(registry_entry("anthropic"), request_for("anthropic"), upstream)
+        async for piece in stream:
+            pieces.append(piece)
+
+    run(consume())
+    assert ping in pieces  # sent as they came, not held …
+    assert comment in pieces
+    assert pieces.index(ping) < len(pieces) - 1  # … before the release at the end
+    assert b"".join(pieces).count(ping) == 1
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_silence_while_holding_is_the_idle_timeout(provider: str) -> None:
+    before, after = split_at_hold(native_frames(provider, edit_reply()))
+    upstream = Upstream([*before, after[0], HANG])
+    gated = gate(provider, upstream)
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("idle_timeout", True)
+    assert "no bytes for 1 s" in message
+    assert upstream.cancelled
+    assert upstream.closed
+    assert run(sdk_raises(provider, gated.output)) == []
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_silence_before_holding_is_the_idle_timeout_too(provider: str) -> None:
+    before, _ = split_at_hold(native_frames(provider, edit_reply()))
+    upstream = Upstream([*before, HANG])
+    gated = gate(provider, upstream)
+    assert refusal_of(gated)[:2] == ("idle_timeout", True)
+    assert gated.output.startswith(b"".join(before))
+    assert upstream.closed
+
+
+@pytest.mark.parametrize("holding", [False, True])
+def test_the_deadline_bounds_a_stream_that_never_goes_silent(holding: bool) -> None:
+    frames = native_frames("responses", edit_reply())
+    before, after = split_at_hold(frames)
+    drip = [b": tick\n\n", 2.0] * 100
+    steps = [*before, after[0], *drip] if holding else [*before[:2], *drip]
+    gated = gate("responses", Upstream(steps), idle_timeout=10.0, deadline=30.0)
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("deadline", True)
+    assert "30 s deadline" in message
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_reset_is_a_transport_refusal(provider: str) -> None:
+    before, after = split_at_hold(native_frames(provider, edit_reply()))
+    upstream = Upstream([*before, after[0], StreamInterrupted("connection reset by peer")])
+    kind, transient, message = refusal_of(gate(provider, upstream))
+    assert (kind, transient) == ("transport", True)
+    assert "stream broke: StreamInterrupted: connection reset by peer" in message
+    # Any exception the upstream raises is a break (an HTTP library's own).
+    upstream = Upstream([*before, after[0], OSError("read failed")])
+    assert refusal_of(gate(provider, upstream))[:2] == ("transport", True)
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_failed_close_withholds_the_decision(provider: str) -> None:
+    frames = native_frames(provider, edit_reply())
+    gated = gate(provider, Upstream(frames, close_error=True))
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("cleanup", True)
+    assert "decision withheld" in message
+    assert tool_events(gated.output) == []
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_call_to_a_tool_the_request_does_not_expose_is_refused(provider: str) -> None:
+    frames = native_frames(provider, edit_reply(name="shell", arguments={"command": "rm -rf ."}))
+    gated = gate(provider, Upstream(frames))
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("invalid_batch", False)
+    assert "'shell' is not exposed" in message
+    assert run(sdk_raises(provider, gated.output)) == []
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_schemas_are_checked_only_when_asked(provider: str) -> None:
+    incomplete = {"path": "calculator.py", "old": "a - b"}  # `new` is required
+    frames = native_frames(provider, edit_reply(arguments=incomplete))
+    permissive = gate(provider, Upstream(frames), validate_schemas=False)
+    assert isinstance(permissive.outcome, Accepted)
+    assert permissive.output == b"".join(frames)
+    strict = gate(provider, Upstream(frames), validate_schemas=True)
+    assert refusal_of(strict)[0] == "invalid_batch"
+    # Arguments that are no JSON object fail either way.
+    frames = native_frames(provider, edit_reply(arguments="[1, 2]"))
+    assert refusal_of(gate(provider, Upstream(frames), validate_schemas=False))[0] == (
+        "invalid_batch"
+    )
+
+
+def test_the_responses_error_takes_the_next_sequence_number() -> None:
+    frames = native_frames("responses", edit_reply())
+    before, after = split_at_hold(frames)
+    gated = gate("responses", Upstream([*before, after[0]]))
+    last_forwarded = json.loads(SSEDecoder().feed(before[-1])[-1].data)["sequence_number"]
+    error = json.loads(SSEDecoder().feed(gated.pieces[-1])[-1].data)
+    assert error["sequence_number"] == last_forwarded + 1
+    assert error["error"]["code"] == "lockgate_stream_ended"
+    assert error["error"]["type"] == "server_error"
+
+
+def test_an_error_before_anything_else_is_the_whole_output() -> None:
+    overload = (
+        b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error",'
+        b'"message":"Overloaded"}}\n\n'
+    )
+    gated = gate("anthropic", Upstream([overload]))
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("provider_error", True)
+    assert message == "lockgate refused the response: provider_error: " + (
+        "provider error: Overloaded [overloaded_error]"
+    )
+    assert gated.pieces == (gated.output,)
+    assert json.loads(SSEDecoder().feed(gated.output)[0].data)["error"]["type"] == (
+        "overloaded_error"
+    )
+
+
+def test_the_refusal_message_is_redacted_and_bounded() -> None:
+    secret = "sk-secret-value"
+    leak = json.dumps(
+        {"id": "c", "error": {"message": f"bad key {secret} " + "x" * 5000, "type": "invalid"}}
+    )
+    entry = registry_entry("chat")
+
+    async def consume() -> bytes:
+        stream = GatingStream(
+            entry,
+            request_for("chat"),
+            Upstream([f"data: {leak}\n\n".encode()]),
+            options(),
+            redact=lambda text: text.replace(secret, "[redacted]"),
+        )
+        return b"".join([piece async for piece in stream])
+
+    output = run(consume())
+    message = json.loads(SSEDecoder().feed(output)[0].data)["error"]["message"]
+    assert secret not in message
+    assert "[redacted]" in message
+    assert len(message) < 2200
+
+
+def test_an_unexpected_error_while_judging_is_a_refusal_too() -> None:
+    entry = registry_entry("chat")
+    factory = entry.gateway
+    assert factory is not None
+    gateway = factory()
+
+    class Broken:
+        def decode(self, event: Any) -> Any:
+            raise RuntimeError("decoder bug")
+
+        def end_of_stream(self) -> Any:
+            return ()
+
+    class BrokenGateway:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(gateway, name)
+
+        def new_decoder(self) -> Broken:
+            return Broken()
+
+    broken = dataclasses.replace(entry, gateway=BrokenGateway)
+
+    async def consume() -> tuple[bytes, Any]:
+        stream = GatingStream(broken, request_for("chat"), Upstream([b'data: {"id":"c"}\n\n']))
+        return b"".join([piece async for piece in stream]), stream.outcome
+
+    output, outcome = run(consume())
+    assert isinstance(outcome, Refused)
+    assert outcome.refusal.kind == "internal_error"
+    assert "RuntimeError: decoder bug" in outcome.refusal.message
+    assert ends_with_refusal(output, "chat")
+
+
+# --- the end of a body, abandonment, cancellation ------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_what_follows_the_last_frame_is_released_too(provider: str) -> None:
+    frames = native_frames(provider, edit_reply())
+    body = [*frames, b": bye"]  # a comment without its blank line: not a cut
+    gated = gate(provider, Upstream(body))
+    assert isinstance(gated.outcome, Accepted)
+    assert gated.output == b"".join(body)
+
+
+@pytest.mark.parametrize("holding", [False, True])
+def test_an_abandoned_stream_stops_reading_and_closes_the_upstream(holding: bool) -> None:
+    before, after = split_at_hold(native_frames("responses", edit_reply()))
+    upstream = Upstream([b"".join(before), *(after[:1] if holding else []), HANG])
+
+    async def consume() -> None:
+        stream = GatingStream(
+            registry_entry("responses"),
+            request_for("responses"),
+            upstream,
+            options(idle_timeout=100.0, keepalive_interval=5.0),
+        )
+        iterator = aiter(stream)
+        await anext(iterator)  # the text …
+        if holding:
+            assert await anext(iterator) == b": lockgate keep-alive\n\n"
+        await iterator.aclose()  # type: ignore[attr-defined]
+        assert stream.outcome is None
+
+    run(consume())
+    assert upstream.closed
+    assert upstream.cancelled == holding  # a pending read is cancelled
+
+
+def test_a_cancelled_consumer_cancels_the_pending_read_and_closes_the_upstream() -> None:
+    before, after = split_at_hold(native_frames("chat", edit_reply()))
+    upstream = Upstream([*before, after[0], HANG])
+
+    async def consume() -> None:
+        stream = GatingStream(
+            registry_entry("chat"),
+            request_for("chat"),
+            upstream,
+            options(idle_timeout=1000.0, keepalive_interval=10.0, deadline=600.0),
+        )
+        async for _ in stream:
+            pass
+
+    async def main() -> None:
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(35.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    run(main())
+    assert upstream.cancelled
+    assert upstream.closed
+
+
+def test_a_stream_is_iterated_once_and_needs_a_gateway() -> None:
+    entry = registry_entry("responses")
+    stream = GatingStream(entry, request_for("responses"), Upstream([]))
+    aiter(stream)
+    with pytest.raises(RuntimeError, match="once"):
+        aiter(stream)
+    with pytest.raises(ValueError, match="no gateway"):
+        GatingStream(dataclasses.replace(entry, gateway=None), {}, Upstream([]))
+    with pytest.raises(ValueError, match="keepalive_interval"):
+        GatingOptions(keepalive_interval=0)
+    with pytest.raises(ValueError, match="idle_timeout"):
+        GatingOptions(idle_timeout=float("nan"))
+
+
+def test_an_empty_body_releases_nothing() -> None:
+    gated = gate("responses", Upstream([]))
+    kind, transient, _ = refusal_of(gated)
+    assert (kind, transient) == ("stream_ended", True)
+    assert run(sdk_raises("responses", gated.output)) == []
+
+
+# --- what is not gated ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_only_2xx_answers_to_streaming_requests_are_gated(provider: str) -> None:
+    gateway = registry_entry(provider).gateway
+    assert gateway is not None
+    streaming = request_for(provider)
+    assert gates(gateway(), streaming, 200)
+    assert not gates(gateway(), streaming, 429)
+    assert not gates(gateway(), streaming, 500)
+    assert not gates(gateway(), {**streaming, "stream": False}, 200)
+    assert not gates(gateway(), {k: v for k, v in streaming.items() if k != "stream"}, 200)
+
+
+def test_error_bodies_pass_under_the_cap() -> None:
+    async def body(upstream: Upstream, cap: int) -> bytes:
+        return b"".join([piece async for piece in capped_body(upstream, cap)])
+
+    small = Upstream([b'{"error": ', b'{"type": "rate_limit"}}'])
+    assert run(body(small, 1024)) == b'{"error": {"type": "rate_limit"}}'
+    assert small.closed
+    large = Upstream([b"x" * 700, b"y" * 700, b"z" * 700])
+    assert run(body(large, 1000)) == b"x" * 700 + b"y" * 300
+    assert large.yielded == 2  # the rest is never read
+    assert large.closed
+    broken = Upstream([b"partial", OSError("reset")])
+    assert run(body(broken, 1024)) == b"partial"
+
+
+def test_forwarded_headers_keep_the_servers_word_and_drop_the_framing() -> None:
+    headers = {
+        "retry-after": "2",
+        "x-request-id": "req_1",
+        "content-type": "text/event-stream",
+        "Content-Length": "123",
+        "content-encoding": "gzip",
+        "Transfer-Encoding": "chunked",
+        "connection": "keep-alive, x-hop",
+        "x-hop": "1",
+        "keep-alive": "timeout=5",
+    }
+    assert forwarded_headers(headers) == {
+        "retry-after": "2",
+        "x-request-id": "req_1",
+        "content-type": "text/event-stream",
+    }
+
+
+def test_the_gate_observer_sees_the_calls() -> None:
+    seen: list[object] = []
+    frames = native_frames("responses", edit_reply())
+
+    async def consume() -> None:
+        stream = GatingStream(
+            registry_entry("responses"),
+            request_for("responses"),
+            Upstream(frames),
+            observer=seen.append,
+        )
+        async for _ in stream:
+            pass
+
+    run(consume())
+    assert any(type(event).__name__ == "ToolCallStarted" for event in seen)
+
+
+def test_a_failure_inside_the_judgement_is_a_response_failure() -> None:
+    # The engine's refusals carry the failure that caused them (for logs and the lab).
+    before, after = split_at_hold(native_frames("responses", edit_reply()))
+    gated = gate("responses", Upstream([*before, after[0]]))
+    assert isinstance(gated.outcome, Refused)
+    assert isinstance(gated.outcome.failure, ResponseFailure)
+    assert gated.outcome.failure.kind is FailureKind.STREAM_ENDED

@@ -1,0 +1,260 @@
+"""Each provider's gateway: the tools a native request exposes, whether it asks for a
+stream, the events it holds from, its keep-alive, and its refusal frame, read back by the
+official SDK's own parser and by lockgate's decoder."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from lockgate.conversation import ToolSpec
+from lockgate.errors import FailureKind, ResponseFailure
+from lockgate.fixture import ALL_TOOLS
+from lockgate.gate import ResponseGate
+from lockgate.gateway import DeclaredTool, Gateway, Refusal, declared_tool
+from lockgate.providers import provider as registry_entry
+from lockgate.sse import ServerSentEvent, SSEDecoder
+
+from .support import PROTOCOLS, request_for, run, sdk_raises
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "count": {"type": "integer"}},
+    "required": ["path"],
+}
+
+
+def gateway_of(provider: str) -> Gateway:
+    factory = registry_entry(provider).gateway
+    assert factory is not None
+    return factory()
+
+
+def _declared(provider: str, name: str, schema: Any) -> dict[str, Any]:
+    if provider == "responses":
+        return {"type": "function", "name": name, "description": "d", "parameters": schema}
+    if provider == "chat":
+        function = {"name": name, "description": "d"}
+        if schema is not None:
+            function["parameters"] = schema
+        return {"type": "function", "function": function}
+    return {"name": name, "description": "d", "input_schema": schema}
+
+
+def _provider_tool(provider: str) -> dict[str, Any]:
+    if provider == "responses":
+        return {"type": "web_search"}
+    if provider == "chat":
+        return {"type": "custom", "custom": {"name": "grammar"}}
+    return {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+
+
+def _verdict(tools: tuple[ToolSpec, ...], name: str, arguments: str) -> str:
+    """Whether the gate accepts one call to `name` with `arguments` under `tools`."""
+    from lockgate.events import (
+        FINISH_WITH_CALLS,
+        ResponseCompleted,
+        ResponseStarted,
+        ToolCallStarted,
+    )
+
+    gate = ResponseGate(tools, lambda event: None)
+    gate.accept(ResponseStarted(response_id="r"))
+    gate.accept(ToolCallStarted("k", "call_1", name, arguments))
+    try:
+        gate.accept(ResponseCompleted(FINISH_WITH_CALLS))
+    except ResponseFailure as failure:
+        return str(failure.kind)
+    return "accepted"
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_the_tools_are_the_requests_own_function_tools(provider: str) -> None:
+    gateway = gateway_of(provider)
+    request = {
+        "stream": True,
+        "tools": [
+            _declared(provider, "read_file", SCHEMA),
+            _provider_tool(provider),
+            _declared(provider, "mcp.server.tool", None if provider == "chat" else {}),
+            "not a tool",
+            _declared(provider, "", SCHEMA),  # no name: skipped
+        ],
+    }
+    tools = gateway.tools(request)
+    assert [tool.name for tool in tools] == ["read_file", "mcp.server.tool"]  # any name
+    assert all(isinstance(tool, DeclaredTool) for tool in tools)
+    assert gateway.tools({"stream": True}) == ()
+    assert gateway.tools({"tools": "nonsense"}) == ()
+    # The codec's own request exposes exactly lockgate's tools, with their schemas.
+    own = gateway.tools(request_for(provider), validate_schemas=True)
+    assert [(t.name, dict(t.parameters)) for t in own] == [
+        (t.name, dict(t.parameters)) for t in ALL_TOOLS
+    ]
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_schemas_are_applied_only_when_asked(provider: str) -> None:
+    gateway = gateway_of(provider)
+    request = {"tools": [_declared(provider, "read_file", SCHEMA)]}
+    permissive = gateway.tools(request)
+    strict = gateway.tools(request, validate_schemas=True)
+    assert _verdict(permissive, "read_file", '{"count": "x"}') == "accepted"
+    assert _verdict(strict, "read_file", '{"count": "x"}') == "invalid_batch"
+    assert _verdict(strict, "read_file", '{"path": "a", "count": 2}') == "accepted"
+    for tools in (permissive, strict):
+        assert _verdict(tools, "other", "{}") == "invalid_batch"
+        assert _verdict(tools, "read_file", "[1]") == "invalid_batch"
+        assert _verdict(tools, "read_file", '{"path": ') == "invalid_batch"
+        # A tool with parameters takes no empty arguments; one without does.
+        assert _verdict(tools, "read_file", "") == "invalid_batch"
+
+
+def test_a_schema_the_gate_cannot_use_falls_back_to_the_permissive_check() -> None:
+    broken = {"type": "object", "properties": {"a": {"type": 12}}}
+    tool = declared_tool("t", None, broken, validate_schemas=True)
+    assert tool is not None
+    assert _verdict((tool,), "t", '{"a": "anything"}') == "accepted"
+    assert _verdict((tool,), "t", "") == "invalid_batch"  # it still has parameters
+    no_parameters = declared_tool("t", "", None, validate_schemas=True)
+    assert no_parameters is not None
+    assert no_parameters.takes_no_arguments
+    assert _verdict((no_parameters,), "t", "") == "accepted"
+    not_an_object = declared_tool("t", "", {"type": "array"}, validate_schemas=True)
+    assert not_an_object is not None
+    assert dict(not_an_object.parameters) == {"type": "object"}
+    assert declared_tool(7, "", {}, validate_schemas=False) is None
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_request_asks_for_a_stream_with_stream_true(provider: str) -> None:
+    gateway = gateway_of(provider)
+    assert gateway.wants_stream({"stream": True})
+    assert not gateway.wants_stream({"stream": False})
+    assert not gateway.wants_stream({})
+    assert not gateway.wants_stream({"stream": "true"})
+
+
+def _event(name: str | None, payload: dict[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(name, json.dumps(payload).encode())
+
+
+def test_responses_holds_from_every_output_item_but_messages_and_reasoning() -> None:
+    gateway = gateway_of("responses")
+    for named in (True, False):
+        for kind, holds in [
+            ("function_call", True),
+            ("web_search_call", True),
+            ("computer_call", True),
+            ("mcp_approval_request", True),
+            ("message", False),
+            ("reasoning", False),
+        ]:
+            for event_type in ("response.output_item.added", "response.output_item.done"):
+                payload = {"type": event_type, "item": {"type": kind}}
+                event = _event(event_type if named else None, payload)
+                assert gateway.begins_hold(event) is holds, (named, kind, event_type)
+    text = {"type": "response.output_text.delta", "delta": "output_item function_call"}
+    assert not gateway.begins_hold(_event("response.output_text.delta", text))
+    assert not gateway.begins_hold(_event(None, text))
+
+
+def test_chat_holds_from_the_finish_and_from_a_legacy_function_call() -> None:
+    gateway = gateway_of("chat")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> ServerSentEvent:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return _event(None, {"id": "c", "choices": [choice]})
+
+    assert not gateway.begins_hold(chunk({"content": "hi"}))
+    assert not gateway.begins_hold(chunk({"content": '"finish_reason": "stop"'}))
+    assert gateway.begins_hold(chunk({}, "stop"))
+    assert gateway.begins_hold(chunk({}, "tool_calls"))
+    assert gateway.begins_hold(chunk({"function_call": {"name": "f", "arguments": "{}"}}))
+    assert not gateway.begins_hold(chunk({"function_call": None}))
+    spaced = ServerSentEvent(None, b'{"choices":[{"finish_reason" : "length"}]}')
+    assert gateway.begins_hold(spaced)
+
+
+def test_anthropic_holds_from_action_blocks_and_the_message_delta() -> None:
+    gateway = gateway_of("anthropic")
+
+    def start(kind: str) -> ServerSentEvent:
+        payload = {"type": "content_block_start", "index": 0, "content_block": {"type": kind}}
+        return _event("content_block_start", payload)
+
+    for kind in ("tool_use", "server_tool_use", "mcp_tool_use", "web_search_tool_result"):
+        assert gateway.begins_hold(start(kind))
+    for kind in ("text", "thinking", "redacted_thinking"):
+        assert not gateway.begins_hold(start(kind))
+    assert gateway.begins_hold(_event("message_delta", {"type": "message_delta"}))
+    assert not gateway.begins_hold(_event("ping", {"type": "ping"}))
+    assert gateway.is_keepalive(_event("ping", {"type": "ping"}))
+    assert not gateway.is_keepalive(_event("message_stop", {"type": "message_stop"}))
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_the_keepalive_is_nothing_to_the_decoder(provider: str) -> None:
+    gateway = gateway_of(provider)
+    events = SSEDecoder().feed(gateway.keepalive())
+    decoder = gateway.new_decoder()
+    assert all(type(e).__name__ == "ResponseProgress" for ev in events for e in decoder.decode(ev))
+    if provider == "anthropic":
+        assert [gateway.is_keepalive(event) for event in events] == [True]
+    else:
+        assert events == []  # a comment
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+@pytest.mark.parametrize("transient", [True, False])
+def test_the_refusal_frame_is_the_protocols_stream_error(provider: str, transient: bool) -> None:
+    gateway = gateway_of(provider)
+    refusal = Refusal(
+        "invalid_batch", "lockgate withheld 2 tool calls: \ud800 \x1b é", transient, 2
+    )
+    frame = gateway.refusal_frame(refusal, None)
+    frame.decode("utf-8")  # a lone surrogate travels as its JSON escape
+    (event,) = SSEDecoder().feed(frame)
+    payload = json.loads(event.data)
+    error = payload["error"]
+    assert error["message"] == refusal.message
+    if provider == "chat":
+        assert event.event is None
+        assert set(payload) == {"error"}
+        assert error["type"] == ("server_error" if transient else "lockgate_refused")
+    elif provider == "responses":
+        assert event.event == "error"
+        assert payload["type"] == "error"
+        assert "sequence_number" not in payload  # nothing was forwarded
+        assert error["code"] == "lockgate_invalid_batch"
+    else:
+        assert event.event == "error"
+        assert payload["type"] == "error"
+        assert error["type"] == ("overloaded_error" if transient else "api_error")
+    assert run(sdk_raises(provider, frame)) == []
+    # lockgate's own decoder reads it as the provider's error, in any position.
+    with pytest.raises(ResponseFailure) as caught:
+        _judge_alone(gateway, event)
+    assert caught.value.kind is FailureKind.PROVIDER_ERROR
+    if provider != "anthropic":
+        assert caught.value.transient is transient
+
+
+def _judge_alone(gateway: Gateway, event: ServerSentEvent) -> None:
+    gate = ResponseGate((), lambda e: None)
+    for decoded in gateway.new_decoder().decode(event):
+        gate.accept(decoded)
+
+
+def test_the_responses_refusal_numbers_itself_after_the_last_event() -> None:
+    gateway = gateway_of("responses")
+    refusal = Refusal("stream_ended", "lockgate refused the response", True, 0)
+    last = _event("response.output_text.delta", {"type": "x", "sequence_number": 41})
+    payload = json.loads(SSEDecoder().feed(gateway.refusal_frame(refusal, last))[0].data)
+    assert payload["sequence_number"] == 42
+    unnumbered = _event(None, {"type": "x"})
+    assert "sequence_number" not in json.loads(
+        SSEDecoder().feed(gateway.refusal_frame(refusal, unnumbered))[0].data
+    )
