@@ -7,7 +7,8 @@ refused stream with one error. A `Gateway` supplies the rest, for one protocol: 
 native request exposes, whether a request asks for a stream, which raw events begin an
 action or state the finish (so that the engine holds from there on), which events are
 keep-alives, and the bytes of a keep-alive and of the protocol's stream error (the one its
-official SDK raises on). Each provider implements it in `providers/<name>/gateway.py`.
+official SDK raises on); for a whole (non-streaming) response, the stream it is the snapshot
+of and the protocol's error body. Each provider implements it in `providers/<name>/gateway.py`.
 
 `declared_tool` builds the `ToolSpec` of a tool as a request declares it (any name, any
 schema: the provider's API has the last word on both), for every gateway alike.
@@ -66,6 +67,23 @@ class Gateway(Protocol):
         not read) or the protocol's finish (a client must not see a response finish that
         lockgate then refuses). Called for every event until the hold: it must be cheap for
         the common ones."""
+        ...
+
+    def is_finish(self, event: ServerSentEvent) -> bool:
+        """Whether an event (one the decoder accepted) states the protocol's finish, beyond
+        the terminal the decoder reports (Chat's `finish_reason`, Anthropic's
+        `message_delta`): with `hold=terminal` the engine holds from there on only."""
+        ...
+
+    def whole_stream(self, response: Mapping[str, Any]) -> bytes:
+        """The SSE stream whose snapshot a whole (non-streaming) JSON response is, so that
+        it is judged by the same decoder and gate as a stream. What is not a response of the
+        protocol gives a stream the decoder refuses (or raises `ResponseFailure`)."""
+        ...
+
+    def error_body(self, refusal: Refusal) -> bytes:
+        """The protocol's JSON error body for a refused whole response (sent with 502): the
+        one its official SDK reads the message of."""
         ...
 
     def is_keepalive(self, event: ServerSentEvent) -> bool:

@@ -9,22 +9,34 @@ from __future__ import annotations
 
 from .engine import (
     DEFAULT_KEEPALIVE_SECONDS,
+    HOLDS,
+    MAX_WHOLE_BYTES,
     Accepted,
     GatingOptions,
     GatingStream,
+    Hold,
     Refused,
+    WholeVerdict,
     capped_body,
     forwarded_headers,
     gates,
+    judge_whole,
 )
+from .routes import route
 
 __all__ = [
     "DEFAULT_KEEPALIVE_SECONDS",
+    "HOLDS",
+    "MAX_WHOLE_BYTES",
     "Accepted",
     "GatingOptions",
     "GatingStream",
+    "Hold",
     "Refused",
+    "WholeVerdict",
     "capped_body",
     "forwarded_headers",
     "gates",
+    "judge_whole",
+    "route",
 ]

@@ -51,9 +51,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..client import (
     DEADLINE_CHECK_EVERY,
@@ -74,22 +75,34 @@ from ..events import (
 from ..gate import Decision, GateLimits, ResponseGate
 from ..gateway import Gateway, Refusal
 from ..http import ERROR_BODY_CAP_BYTES, describe
+from ..jsonlimits import parse_event
 from ..providers.base import Provider
 from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent, SSEFramer
 from ..transport import check_timeout
 
 __all__ = [
     "DEFAULT_KEEPALIVE_SECONDS",
+    "HOLDS",
+    "MAX_WHOLE_BYTES",
     "Accepted",
     "GatingOptions",
     "GatingStream",
+    "Hold",
     "Refused",
+    "WholeVerdict",
     "capped_body",
     "forwarded_headers",
     "gates",
+    "judge_whole",
 ]
 
 DEFAULT_KEEPALIVE_SECONDS = 15.0
+# What the engine holds: from the first call, action or finish on (`tools`, the default), or
+# only the finish and the terminal (`terminal`: calls stream live, for clients that act only
+# on the terminal and want argument progress; a client that acts on arguments before the
+# stream ends is then unprotected).
+Hold = Literal["tools", "terminal"]
+HOLDS: tuple[Hold, ...] = ("tools", "terminal")
 MAX_MESSAGE_CHARS = 2000  # of the reason a refusal states
 
 # The normalized events from which a stream is held: a call, and the terminal.
@@ -118,8 +131,11 @@ class GatingOptions:
     deadline: float = DEFAULT_DEADLINE_SECONDS
     keepalive_interval: float = DEFAULT_KEEPALIVE_SECONDS
     validate_schemas: bool = False
+    hold: Hold = "tools"
 
     def __post_init__(self) -> None:
+        if self.hold not in HOLDS:
+            raise ValueError(f"hold must be one of {', '.join(HOLDS)}")
         check_timeout(self.idle_timeout, "idle_timeout")
         check_timeout(self.deadline, "deadline")
         check_timeout(self.keepalive_interval, "keepalive_interval")
@@ -163,6 +179,7 @@ class _Judge:
         "holding",
         "last",
         "out",
+        "terminal_only",
     )
 
     def __init__(
@@ -172,8 +189,10 @@ class _Judge:
         max_event_bytes: int,
         clock: Callable[[], float],
         deadline_at: float,
+        hold: Hold = "tools",
     ) -> None:
         self.gateway = gateway
+        self.terminal_only = hold == "terminal"
         self.framer = SSEFramer(max_event_bytes)
         self.decoder = gateway.new_decoder()
         self.gate = gate
@@ -250,13 +269,16 @@ class _Judge:
                     self.decision = result
                 kind = type(decoded)
                 if kind in _HOLDS:
-                    hold = True
                     if kind is ToolCallStarted:
                         self.calls += 1
+                    hold = hold or not self.terminal_only or kind is ResponseCompleted
                 elif isinstance(decoded, NativeOutput) and decoded.kind == "provider_output":
-                    hold = True
-            if not hold and gateway.begins_hold(event):
-                hold = True
+                    hold = hold or not self.terminal_only
+            if not hold:
+                if self.terminal_only:
+                    hold = gateway.is_finish(event)
+                else:
+                    hold = gateway.begins_hold(event)
             if not hold:
                 self.out.append(frame.raw)
                 self.last = event
@@ -321,15 +343,13 @@ class GatingStream:
         redact: Callable[[str], str] | None = None,
         started_at: float | None = None,
     ) -> None:
-        if entry.gateway is None:
-            raise ValueError(f"provider {entry.name!r} has no gateway")
-        self.gateway: Gateway = entry.gateway()
+        self.gateway: Gateway = _gateway(entry)
         self.options = options or GatingOptions()
         self.tools = self.gateway.tools(request, validate_schemas=self.options.validate_schemas)
         self.outcome: Outcome | None = None
         self._upstream = upstream
         self._observer = observer
-        self._redact = redact or (lambda text: text)
+        self._redact = redact or _unchanged
         self._started_at = started_at
         self._used = False
 
@@ -345,7 +365,9 @@ class GatingStream:
         start = clock() if self._started_at is None else self._started_at
         deadline_at = start + options.deadline
         gate = ResponseGate(self.tools, self._observer, options.limits)
-        judge = _Judge(self.gateway, gate, options.max_event_bytes, clock, deadline_at)
+        judge = _Judge(
+            self.gateway, gate, options.max_event_bytes, clock, deadline_at, options.hold
+        )
         iterator = aiter(self._upstream)
         interval = options.keepalive_interval
         idle = options.idle_timeout
@@ -468,37 +490,113 @@ class GatingStream:
                 ) from None
 
     def _refuse(self, exc: BaseException, judge: _Judge) -> bytes:
-        failure: ResponseFailure | None = None
-        if isinstance(exc, ResponseFailure):
-            failure = exc
-            kind = str(exc.kind)
-            reason = exc.message
-            transient = exc.transient or exc.kind in _TRANSIENT_KINDS
-        elif isinstance(exc, _ModelRefused):
-            kind = "model_refused"
-            message = exc.decision.message
-            reason = f"the model refused ({message.refusal or 'no reason given'})"
-            transient = False
-        else:
-            kind = "internal_error"
-            reason = f"lockgate could not judge the response ({describe(exc)})"
-            transient = False
-        reason = self._redact(reason)
-        if len(reason) > MAX_MESSAGE_CHARS:
-            reason = reason[:MAX_MESSAGE_CHARS] + "…"
-        calls = judge.calls
-        if calls:
-            plural = "" if calls == 1 else "s"
-            text = f"lockgate withheld {calls} tool call{plural}: {kind}: {reason}"
-        else:
-            text = f"lockgate refused the response: {kind}: {reason}"
-        refusal = Refusal(kind, text, transient, calls)
-        self.outcome = Refused(refusal, failure)
-        return self.gateway.refusal_frame(refusal, judge.last)
+        refused = _refused(exc, judge.calls, self._redact)
+        self.outcome = refused
+        return self.gateway.refusal_frame(refused.refusal, judge.last)
+
+
+def _refused(exc: BaseException, calls: int, redact: Callable[[str], str]) -> Refused:
+    """What a refusal tells the client: its kind, the sentence (how many tool calls were
+    withheld, and why; redacted and bounded) and whether a new request may succeed."""
+    failure: ResponseFailure | None = None
+    if isinstance(exc, ResponseFailure):
+        failure = exc
+        kind = str(exc.kind)
+        reason = exc.message
+        transient = exc.transient or exc.kind in _TRANSIENT_KINDS
+    elif isinstance(exc, _ModelRefused):
+        kind = "model_refused"
+        message = exc.decision.message
+        reason = f"the model refused ({message.refusal or 'no reason given'})"
+        transient = False
+    else:
+        kind = "internal_error"
+        reason = f"lockgate could not judge the response ({describe(exc)})"
+        transient = False
+    reason = redact(reason)
+    if len(reason) > MAX_MESSAGE_CHARS:
+        reason = reason[:MAX_MESSAGE_CHARS] + "…"
+    if calls:
+        plural = "" if calls == 1 else "s"
+        text = f"lockgate withheld {calls} tool call{plural}: {kind}: {reason}"
+    else:
+        text = f"lockgate refused the response: {kind}: {reason}"
+    return Refused(Refusal(kind, text, transient, calls), failure)
 
 
 def _broke(exc: BaseException) -> ResponseFailure:
     return ResponseFailure(FailureKind.TRANSPORT, f"stream broke: {describe(exc)}")
+
+
+# --- a whole (non-streaming) response -------------------------------------------------------
+
+MAX_WHOLE_BYTES = 32 * 1024 * 1024  # a non-streaming body is read under this cap
+
+
+@dataclass(frozen=True, slots=True)
+class WholeVerdict:
+    """A non-streaming response judged: `status` and `body` are what the client receives
+    (accepted: the upstream's own, unchanged; refused: 502 and the protocol's error body)."""
+
+    outcome: Outcome
+    status: int
+    body: bytes
+
+
+def judge_whole(
+    entry: Provider,
+    request: Mapping[str, Any],
+    body: bytes,
+    options: GatingOptions | None = None,
+    *,
+    status: int = 200,
+    observer: Observer = ignore_event,
+    redact: Callable[[str], str] | None = None,
+) -> WholeVerdict:
+    """Judge a whole JSON response (the answer to a request without `stream`) by the rules
+    a stream is judged by: the gateway writes the stream the response is the snapshot of
+    (`Gateway.whole_stream`), and the same decoder and gate read it. Accepted: the body
+    passes unchanged. Refused (not a response of the protocol, an unfinished or failed one,
+    an invalid batch, a bound): a 502 with the protocol's error body, which says how many
+    tool calls lockgate withheld and why."""
+    gateway = _gateway(entry)
+    options = options or GatingOptions()
+    tools = gateway.tools(request, validate_schemas=options.validate_schemas)
+    gate = ResponseGate(tools, observer, options.limits)
+    judge = _Judge(gateway, gate, options.max_event_bytes, lambda: 0.0, math.inf)
+    try:
+        if len(body) > MAX_WHOLE_BYTES:
+            raise ResponseFailure(
+                FailureKind.BOUND_EXCEEDED,
+                f"the response body is larger than {MAX_WHOLE_BYTES} bytes",
+            )
+        try:
+            payload = parse_event(body)
+        except ValueError as exc:
+            raise ResponseFailure(
+                FailureKind.MALFORMED_EVENT, f"the response body is not JSON ({exc})"
+            ) from None
+        if type(payload) is not dict:
+            raise ResponseFailure(
+                FailureKind.MALFORMED_EVENT, "the response body is not a JSON object"
+            )
+        judge.take(gateway.whole_stream(payload))
+        judge.end()
+    except Exception as exc:
+        refused = _refused(exc, judge.calls, redact or _unchanged)
+        return WholeVerdict(refused, 502, gateway.error_body(refused.refusal))
+    assert judge.decision is not None
+    return WholeVerdict(Accepted(judge.decision), status, body)
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _gateway(entry: Provider) -> Gateway:
+    if entry.gateway is None:
+        raise ValueError(f"provider {entry.name!r} has no gateway")
+    return entry.gateway()
 
 
 # --- what a server or transport needs besides the stream -----------------------------------

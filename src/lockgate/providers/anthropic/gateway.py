@@ -9,6 +9,11 @@ error the `anthropic` SDK raises on.
   `redacted_thinking`: a `tool_use`, and every provider-executed block (`server_tool_use`,
   `mcp_tool_use`, `*_tool_result`, …); and the `message_delta`, which states the stop
   reason. The engine holds the stream from there on.
+- **A whole response** (no `stream`) is judged as the stream `message_start` (the message
+  without its content and stop reason), one `content_block_start` (the whole block, which
+  the decoder reads as its content) and `content_block_stop` per block, `message_delta`
+  (the stop reason) and `message_stop`; a refused one becomes the same error object as the
+  stream's, as a 502 body.
 - **Keep-alives**: `ping` events pass at once, even while the stream is held; the engine's
   own keep-alive is a `ping` too.
 - **The error**: `event: error` with `{"type": "error", "error": {"type", "message"}}`:
@@ -78,6 +83,41 @@ class AnthropicGateway:
         block = payload.get("content_block") if type(payload) is dict else None
         return type(block) is dict and block.get("type") not in _NOT_ACTIONS
 
+    def is_finish(self, event: ServerSentEvent) -> bool:
+        return event.event == "message_delta"
+
+    def whole_stream(self, response: Mapping[str, Any]) -> bytes:
+        if response.get("type") == "error":
+            return _frame("error", response)
+        content = response.get("content")
+        blocks = content if isinstance(content, list) else []
+        start = {**response, "content": [], "stop_reason": None, "stop_sequence": None}
+        frames = [_frame("message_start", {"type": "message_start", "message": start})]
+        for index, block in enumerate(blocks):
+            frames.append(
+                _frame(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": block},
+                )
+            )
+            frames.append(
+                _frame("content_block_stop", {"type": "content_block_stop", "index": index})
+            )
+        delta = {
+            "type": "message_delta",
+            "delta": {
+                "stop_reason": response.get("stop_reason"),
+                "stop_sequence": response.get("stop_sequence"),
+            },
+            "usage": response.get("usage") or {},
+        }
+        frames.append(_frame("message_delta", delta))
+        frames.append(_frame("message_stop", {"type": "message_stop"}))
+        return b"".join(frames)
+
+    def error_body(self, refusal: Refusal) -> bytes:
+        return compact_json(_error(refusal)).encode("utf-8", "backslashreplace")
+
     def is_keepalive(self, event: ServerSentEvent) -> bool:
         return event.event == "ping"
 
@@ -85,16 +125,20 @@ class AnthropicGateway:
         return KEEPALIVE
 
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        error = {
-            "type": "overloaded_error" if refusal.transient else "api_error",
-            "message": refusal.message,
-        }
-        body = {"type": "error", "error": error}
-        return (
-            b"event: error\ndata: "
-            + compact_json(body).encode("utf-8", "backslashreplace")
-            + b"\n\n"
-        )
+        return _frame("error", _error(refusal))
+
+
+def _error(refusal: Refusal) -> dict[str, Any]:
+    error = {
+        "type": "overloaded_error" if refusal.transient else "api_error",
+        "message": refusal.message,
+    }
+    return {"type": "error", "error": error}
+
+
+def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
+    data = compact_json(dict(payload)).encode("utf-8", "backslashreplace")
+    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
 
 
 GATEWAY = AnthropicGateway()

@@ -13,6 +13,9 @@ a native `POST /chat/completions` body, and the stream error the `openai` SDK ra
   iteration as a success). `type` is `server_error` when a new request may succeed
   (lockgate's own decoder then reads it as transient), `lockgate_refused` otherwise;
   `code` names the failure (`lockgate_<kind>`).
+- **A whole response** (no `stream`) is judged as one chunk (each choice's `message` as
+  its `delta`, each call indexed by its place) with the choice's finish, a usage chunk, and
+  `[DONE]`; a refused one becomes the same error object as the stream's, as a 502 body.
 - **Keep-alives**: an SSE comment.
 """
 
@@ -86,6 +89,29 @@ class ChatGateway:
             for choice in choices
         )
 
+    def is_finish(self, event: ServerSentEvent) -> bool:
+        return _FINISH.search(event.data) is not None
+
+    def whole_stream(self, response: Mapping[str, Any]) -> bytes:
+        chunk: dict[str, Any] = {
+            key: value for key, value in response.items() if key not in ("choices", "usage")
+        }
+        chunk["object"] = "chat.completion.chunk"
+        choices = response.get("choices")
+        if isinstance(choices, list):
+            chunk["choices"] = [_as_chunk_choice(choice) for choice in choices]
+        elif choices is not None:
+            chunk["choices"] = choices  # the decoder refuses what is not a list
+        frames = [_frame(chunk)]
+        usage = response.get("usage")
+        if usage is not None:
+            frames.append(_frame({"id": response.get("id"), "choices": [], "usage": usage}))
+        frames.append(b"data: [DONE]\n\n")
+        return b"".join(frames)
+
+    def error_body(self, refusal: Refusal) -> bytes:
+        return compact_json(_error(refusal)).encode("utf-8", "backslashreplace")
+
     def is_keepalive(self, event: ServerSentEvent) -> bool:
         return False
 
@@ -93,15 +119,42 @@ class ChatGateway:
         return KEEPALIVE
 
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        error = {
-            "message": refusal.message,
-            "type": "server_error" if refusal.transient else "lockgate_refused",
-            "code": f"lockgate_{refusal.kind}",
-            "param": None,
-        }
-        return (
-            b"data: " + compact_json({"error": error}).encode("utf-8", "backslashreplace") + b"\n\n"
-        )
+        return _frame(_error(refusal))
+
+
+def _error(refusal: Refusal) -> dict[str, Any]:
+    error = {
+        "message": refusal.message,
+        "type": "server_error" if refusal.transient else "lockgate_refused",
+        "code": f"lockgate_{refusal.kind}",
+        "param": None,
+    }
+    return {"error": error}
+
+
+def _frame(payload: Mapping[str, Any]) -> bytes:
+    return b"data: " + compact_json(dict(payload)).encode("utf-8", "backslashreplace") + b"\n\n"
+
+
+def _as_chunk_choice(choice: object) -> object:
+    """A whole response's choice as the one chunk that streams it: its `message` as the
+    `delta`, each call with the `index` a stream gives it (its place in the list)."""
+    if not isinstance(choice, dict):
+        return choice  # the decoder refuses it
+    converted = {key: value for key, value in choice.items() if key != "message"}
+    message = choice.get("message")
+    if isinstance(message, dict):
+        delta = dict(message)
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            delta["tool_calls"] = [
+                {"index": place, **call} if isinstance(call, dict) else call
+                for place, call in enumerate(calls)
+            ]
+        converted["delta"] = delta
+    elif message is not None:
+        converted["delta"] = message
+    return converted
 
 
 GATEWAY = ChatGateway()

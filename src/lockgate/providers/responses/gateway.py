@@ -16,6 +16,10 @@ the `openai` SDK raises on.
   numbered it. `type` is `server_error` when a new request may succeed (lockgate's own
   decoder then reads it as transient), `lockgate_refused` otherwise; `code` names the
   failure (`lockgate_<kind>`).
+- **A whole response** (no `stream`) is judged as the stream `response.created`, one
+  `response.output_item.added` per function call (its arguments whole), and the terminal
+  its `status` names with the response as the snapshot; a refused one becomes
+  `{"error": {…}}` (the stream error's object) as a 502 body.
 - **Keep-alives**: an SSE comment.
 """
 
@@ -36,6 +40,12 @@ __all__ = ["GATEWAY", "ResponsesGateway"]
 _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
 _NOT_ACTIONS = frozenset({"message", "reasoning"})
 KEEPALIVE = b": lockgate keep-alive\n\n"
+# A whole response's status, and the terminal event that states it.
+_TERMINALS = {
+    "completed": "response.completed",
+    "incomplete": "response.incomplete",
+    "failed": "response.failed",
+}
 
 
 def _payload(event: ServerSentEvent) -> dict[str, Any] | None:
@@ -86,6 +96,26 @@ class ResponsesGateway:
         item = payload.get("item")
         return type(item) is dict and item.get("type") not in _NOT_ACTIONS
 
+    def is_finish(self, event: ServerSentEvent) -> bool:
+        return False  # the terminal states the finish, and the decoder reports it
+
+    def whole_stream(self, response: Mapping[str, Any]) -> bytes:
+        output = response.get("output")
+        items = output if isinstance(output, list) else []
+        start = {**response, "output": [], "status": "in_progress"}
+        frames = [_frame("response.created", {"response": start})]
+        for place, item in enumerate(items):
+            if isinstance(item, dict) and item.get("type") == "function_call":
+                added = {"output_index": place, "item": item}
+                frames.append(_frame("response.output_item.added", added))
+        status = response.get("status")
+        terminal = _TERMINALS.get(status, "response.completed") if type(status) is str else None
+        frames.append(_frame(terminal or "response.completed", {"response": response}))
+        return b"".join(frames)
+
+    def error_body(self, refusal: Refusal) -> bytes:
+        return compact_json({"error": _error(refusal)}).encode("utf-8", "backslashreplace")
+
     def is_keepalive(self, event: ServerSentEvent) -> bool:
         return False
 
@@ -93,23 +123,26 @@ class ResponsesGateway:
         return KEEPALIVE
 
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        body: dict[str, Any] = {
-            "type": "error",
-            "error": {
-                "type": "server_error" if refusal.transient else "lockgate_refused",
-                "code": f"lockgate_{refusal.kind}",
-                "message": refusal.message,
-                "param": None,
-            },
-        }
+        body: dict[str, Any] = {"error": _error(refusal)}
         number = _sequence_number(last)
         if number is not None:
             body["sequence_number"] = number + 1
-        return (
-            b"event: error\ndata: "
-            + compact_json(body).encode("utf-8", "backslashreplace")
-            + b"\n\n"
-        )
+        return _frame("error", body)
+
+
+def _error(refusal: Refusal) -> dict[str, Any]:
+    return {
+        "type": "server_error" if refusal.transient else "lockgate_refused",
+        "code": f"lockgate_{refusal.kind}",
+        "message": refusal.message,
+        "param": None,
+    }
+
+
+def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
+    """One event: its name as the `event:` line and as the data's `type`, first."""
+    data = compact_json({"type": name, **payload}).encode("utf-8", "backslashreplace")
+    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
 
 
 def _sequence_number(event: ServerSentEvent | None) -> int | None:

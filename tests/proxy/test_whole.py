@@ -1,0 +1,221 @@
+"""Whole (non-streaming) responses through the engine (`judge_whole`), on every protocol:
+judged by the same decoder and gate as a stream, passed unchanged when accepted, a 502 with
+the protocol's error body (which the official SDK reads) when refused; and `hold=terminal`,
+which streams calls live and holds only the finish."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from lockgate.providers import provider as registry_entry
+from lockgate.proxy import Accepted, GatingOptions, Refused, WholeVerdict, judge_whole
+from lockgate.scripted.reply import Call, Reply, Say
+from lockgate.scripted.scenario import EDIT_FIX
+
+from .support import (
+    PROTOCOLS,
+    ends_with_refusal,
+    gate_stream,
+    options,
+    request_for,
+    run,
+    tool_events,
+    without_keepalives,
+)
+
+KEY = "sk-whole-test-key"
+
+
+def completion(provider: str, reply: Reply) -> bytes:
+    body = registry_entry(provider).render().completion(reply)
+    return json.dumps(body).encode()
+
+
+def judged(provider: str, body: bytes, **overrides: Any) -> WholeVerdict:
+    entry = registry_entry(provider)
+    return judge_whole(entry, request_for(provider), body, GatingOptions(**overrides))
+
+
+def edit(name: str = "edit", arguments: Any = EDIT_FIX, call_id: str = "call_1") -> Call:
+    return Call(call_id, name, arguments, 1)
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_an_accepted_whole_response_passes_unchanged(provider: str) -> None:
+    body = completion(provider, Reply("resp_whole", (Say("Fixing it."), edit())))
+    verdict = judged(provider, body)
+    assert isinstance(verdict.outcome, Accepted)
+    assert (verdict.status, verdict.body) == (200, body)
+    calls = verdict.outcome.decision.message.tool_calls
+    assert [(call.name, call.arguments) for call in calls] == [("edit", EDIT_FIX)]
+    text = judged(provider, completion(provider, Reply("resp_text", (Say("Done."),))))
+    assert isinstance(text.outcome, Accepted)
+    assert text.outcome.decision.message.content == "Done."
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_batch_whose_second_call_is_invalid_is_refused_whole(provider: str) -> None:
+    parts = (edit(), edit("shell", {"command": "rm -rf ."}, "call_2"))
+    verdict = judged(provider, completion(provider, Reply("resp_bad", parts)))
+    assert isinstance(verdict.outcome, Refused)
+    refusal = verdict.outcome.refusal
+    assert (verdict.status, refusal.kind, refusal.withheld) == (502, "invalid_batch", 2)
+    assert refusal.message.startswith("lockgate withheld 2 tool calls: invalid_batch: ")
+    assert b"edit" not in verdict.body or b"lockgate withheld" in verdict.body
+    assert "call_1" not in verdict.body.decode()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_truncated_whole_response_releases_nothing(provider: str) -> None:
+    reply = Reply("resp_cut", (Say("Fixing"), edit()), ending="truncated")
+    verdict = judged(provider, completion(provider, reply))
+    assert isinstance(verdict.outcome, Refused)
+    assert verdict.status == 502
+    assert verdict.outcome.refusal.kind in {"response_incomplete", "lifecycle"}
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"not json", "malformed_event"),
+        (b"[1, 2]", "malformed_event"),
+        (b"{}", None),  # a JSON object that is no response of the protocol
+    ],
+)
+def test_what_is_no_response_is_refused(provider: str, body: bytes, kind: str | None) -> None:
+    verdict = judged(provider, body)
+    assert isinstance(verdict.outcome, Refused)
+    assert verdict.status == 502
+    if kind is not None:
+        assert verdict.outcome.refusal.kind == kind
+    assert json.loads(verdict.body)  # the error body is JSON
+
+
+def test_a_body_past_the_cap_is_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockgate.proxy import engine
+
+    monkeypatch.setattr(engine, "MAX_WHOLE_BYTES", 64)
+    body = completion("chat", Reply("resp_big", (Say("x" * 100),)))
+    verdict = judged("chat", body)
+    assert isinstance(verdict.outcome, Refused)
+    assert verdict.outcome.refusal.kind == "bound_exceeded"
+
+
+def test_a_whole_response_is_checked_against_the_schemas_only_when_asked() -> None:
+    incomplete = {"path": "calculator.py", "old": "a - b"}  # `new` is required
+    body = completion("anthropic", Reply("resp_schema", (edit(arguments=incomplete),)))
+    assert isinstance(judged("anthropic", body).outcome, Accepted)
+    strict = judged("anthropic", body, validate_schemas=True)
+    assert isinstance(strict.outcome, Refused)
+    assert strict.outcome.refusal.kind == "invalid_batch"
+
+
+async def _sdk_error(provider: str, status: int, body: bytes) -> str:
+    """The message the official SDK raises with on this non-streaming answer."""
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, content=body, headers={"content-type": "application/json"})
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+    try:
+        if provider == "anthropic":
+            anthropic_client = anthropic.AsyncAnthropic(
+                api_key=KEY, base_url="http://proxy.test", http_client=http, max_retries=0
+            )
+            try:
+                await anthropic_client.messages.create(
+                    model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                )
+            except anthropic.InternalServerError as exc:
+                return exc.message
+            return ""
+        client = openai.AsyncOpenAI(
+            api_key=KEY, base_url="http://proxy.test/v1", http_client=http, max_retries=0
+        )
+        try:
+            if provider == "chat":
+                await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}]
+                )
+            else:
+                await client.responses.create(model="m", input="hi")
+        except openai.InternalServerError as exc:
+            return exc.message
+        return ""
+    finally:
+        await http.aclose()
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_the_sdk_raises_on_the_refused_body_with_its_message(provider: str) -> None:
+    parts = (edit(), edit("shell", {"command": "rm -rf ."}, "call_2"))
+    verdict = judged(provider, completion(provider, Reply("resp_bad", parts)))
+    message = asyncio.run(_sdk_error(provider, verdict.status, verdict.body))
+    assert "lockgate withheld 2 tool calls: invalid_batch" in message
+
+
+# --- hold=terminal ---------------------------------------------------------------------------
+
+
+def _frames(provider: str, reply: Reply) -> list[bytes]:
+    renderer = registry_entry(provider).render()
+    return [renderer.frame(event) for event in renderer.events(reply)]
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_hold_terminal_streams_the_calls_and_holds_only_the_finish(provider: str) -> None:
+    from .test_engine import Upstream
+
+    frames = _frames(provider, Reply("resp_live", (Say("Fixing."), edit())))
+    request = request_for(provider)
+    probe = run(gate_stream(provider, request, Upstream([*frames, 30.0]), options(deadline=600.0)))
+    live = run(
+        gate_stream(
+            provider,
+            request,
+            Upstream([*frames, 30.0]),
+            options(deadline=600.0, hold="terminal"),
+        )
+    )
+    # Both refuse (the body never ends: silence); with `tools` no call reached the client,
+    # with `terminal` the call's frames did, and the finish did not.
+    assert isinstance(probe.outcome, Refused)
+    assert isinstance(live.outcome, Refused)
+    assert tool_events(probe.output) == []
+    assert tool_events(live.output) != []
+    assert ends_with_refusal(live.output, provider)
+    finishes = [frame for frame in frames if _is_finish(provider, frame)]
+    assert finishes
+    for frame in finishes:
+        assert frame not in live.output
+    # Accepted, the output is the input either way.
+    done = run(gate_stream(provider, request, Upstream(frames), options(hold="terminal")))
+    assert isinstance(done.outcome, Accepted)
+    gateway = registry_entry(provider).gateway
+    assert gateway is not None
+    assert without_keepalives(done.output, gateway()) == without_keepalives(
+        b"".join(frames), gateway()
+    )
+
+
+def _is_finish(provider: str, frame: bytes) -> bool:
+    if provider == "chat":
+        return b'"finish_reason":null' not in frame.replace(b" ", b"") and (
+            b"finish_reason" in frame or b"[DONE]" in frame
+        )
+    if provider == "anthropic":
+        return b"message_delta" in frame or b"message_stop" in frame
+    return b"response.completed" in frame
+
+
+def test_hold_must_be_a_known_mode() -> None:
+    with pytest.raises(ValueError, match="hold must be one of tools, terminal"):
+        GatingOptions(hold="everything")  # type: ignore[arg-type]
