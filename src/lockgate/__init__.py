@@ -35,6 +35,9 @@ _EXPORTS = {
     "CodecOptions": "providers",
     "TransportOptions": "transport",
     "Redactor": "credentials",
+    "GatingOptions": "proxy",
+    "GatingTransport": "proxy.transport",
+    "gated_client": "proxy.transport",
 }
 
 __all__ = [
@@ -42,6 +45,8 @@ __all__ = [
     "CodecOptions",
     "FailureKind",
     "GateLimits",
+    "GatingOptions",
+    "GatingTransport",
     "Message",
     "ModelClient",
     "OpenFailure",
@@ -58,6 +63,7 @@ __all__ = [
     "TransportOptions",
     "Usage",
     "__version__",
+    "gated_client",
     "run_agent",
 ]
 
@@ -69,6 +75,8 @@ if TYPE_CHECKING:
     from .gate import GateLimits
     from .loop import run_agent
     from .providers import PROVIDERS, CodecOptions, Provider
+    from .proxy import GatingOptions
+    from .proxy.transport import GatingTransport, gated_client
     from .retry import RetryPolicy
     from .tools import ToolError, ToolExecutor
     from .transport import TransportOptions

@@ -23,6 +23,7 @@ from .engine import (
     judge_whole,
 )
 from .routes import route
+from .transport import GatingTransport, gated_client
 
 __all__ = [
     "DEFAULT_KEEPALIVE_SECONDS",
@@ -31,11 +32,13 @@ __all__ = [
     "Accepted",
     "GatingOptions",
     "GatingStream",
+    "GatingTransport",
     "Hold",
     "Refused",
     "WholeVerdict",
     "capped_body",
     "forwarded_headers",
+    "gated_client",
     "gates",
     "judge_whole",
     "route",
