@@ -533,20 +533,27 @@ def test_a_request_of_no_protocol_passes(provider: str) -> None:
     assert [(method, path) for method, path, _ in upstream.seen] == [("GET", "/v1/models")]
 
 
-def test_a_body_that_is_not_a_json_object_passes_ungated() -> None:
-    # Not a protocol request the engine can read: the inner answer comes back unchanged
-    # (here a stream the engine would refuse: an invalid batch).
+def test_a_body_that_is_not_a_json_object_fails_closed() -> None:
+    # Not a request the engine can read: it is sent as it is (the upstream validates
+    # requests), but a 2xx answer to it exposes no tools and is no stream it asked for:
+    # refused, never passed ungated.
     chunks, _ = refused_bodies("chat")["invalid-second-call"]
 
-    async def post(content: bytes) -> bytes:
+    async def post(content: bytes) -> tuple[int, bytes, bytes]:
         upstream, _ = streaming(chunks)
         async with gated(upstream) as http:
             response = await http.post(f"{ORIGIN}/v1/chat/completions", content=content)
-            return response.content
+            return response.status_code, response.content, upstream.seen[0][2]
 
-    assert run(post(b"[1, 2, 3]")) == b"".join(chunks)
-    assert run(post(b"not json")) == b"".join(chunks)
-    assert run(post(json.dumps(request_for("chat")).encode())) != b"".join(chunks)
+    for content in (b"[1, 2, 3]", b"not json"):
+        status, body, sent = run(post(content))
+        assert sent == content
+        assert status == 502
+        assert b"lockgate" in body
+        assert b"call_" not in body
+    status, body, _ = run(post(json.dumps(request_for("chat")).encode()))
+    assert status == 200
+    assert body != b"".join(chunks)
 
 
 def test_a_get_to_a_protocol_path_passes() -> None:

@@ -9,8 +9,10 @@ puts the gating engine between it and the SDK, in the SDK's own process, with on
 For every request:
 
 - **Not a protocol request** (`routes.route`: not a POST to `…/responses`,
-  `…/chat/completions` or `…/messages`), or a body that is not a JSON object: sent to the
-  inner transport and answered unchanged.
+  `…/chat/completions` or `…/messages`): sent to the inner transport and answered
+  unchanged. A protocol request whose body is not a JSON object is sent as it is (the
+  upstream owns request validation), but it exposes no tools and asks for no stream: a 2xx
+  answer to it is judged as a whole answer with no tools (a stream fails closed).
 - **An error status** (anything but 2xx): the upstream's answer unchanged (its status,
   headers, `retry-after` and body), so the SDK raises and retries as it would directly.
 - **A 2xx stream** (`engine.gates`): the same status and headers, but the body is the
@@ -79,9 +81,9 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         entry = route(request.method, request.url.path)
         if entry is None or entry.gateway is None:
             return await self.inner.handle_async_request(request)
-        native = _json_object(await request.aread())
-        if native is None:
-            return await self.inner.handle_async_request(request)
+        # A body that is no JSON object (the upstream will say what is wrong with it) asks
+        # for no stream and exposes no tools: a 2xx answer to it fails closed.
+        native = _json_object(await request.aread()) or {}
         gateway = entry.gateway()
         started_at = asyncio.get_running_loop().time()
         response = await self.inner.handle_async_request(request)
