@@ -1,4 +1,4 @@
-"""The `lockgate` command line: `run` (live, opt-in), `lab` (failure lab), `serve`.
+"""The `lockgate` command line: `run` (live, opt-in), `lab` (failure lab), `serve`, `proxy`.
 
 Exit codes (`codes.py`): 0 success (lab: every scenario as expected); 1 provider failure,
 refusal, turn limit or a lab scenario not as expected; 2 usage or configuration error; 74
@@ -6,8 +6,8 @@ output could not be written; 130 interrupted; 141 stdout closed early.
 
 Only the standard library is imported at start-up: `--version`, `--help` and usage errors
 answer at once, and a Ctrl-C during start-up is an ordinary interruption. The commands live
-in `run.py`, `lab.py` and `serve.py`; the parser in `args.py`; what the process does to
-itself (the key, signals, temporary folders) in `process.py`.
+in `run.py`, `lab.py`, `serve.py` and `proxy.py`; the parser in `args.py`; what the process
+does to itself (the key, signals, temporary folders) in `process.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ def _run_command(args: argparse.Namespace) -> int:
         from .serve import serve
 
         return asyncio.run(serve(args))
+    if args.command == "proxy":
+        from .proxy import proxy
+
+        return proxy(args)
     from .lab import run_lab
 
     return asyncio.run(run_lab(args))

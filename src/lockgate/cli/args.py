@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
 Number = TypeVar("Number", int, float)
-DESCRIPTION = "The lockgate command line: run (live, opt-in), lab (failure lab), serve."
+DESCRIPTION = (
+    "The lockgate command line: run (live, opt-in), lab (failure lab), serve, proxy (the gate "
+    "on the wire)."
+)
+PROXY_KEEPALIVE_SECONDS = 15.0  # proxy.engine.DEFAULT_KEEPALIVE_SECONDS (kept light here)
+PROXY_MAX_STREAMS = 256  # proxy.server.DEFAULT_MAX_STREAMS
 
 
 def one_line(text: str) -> str:
@@ -151,6 +156,14 @@ def base_url(text: str) -> str:
     problem = base_url_problem(text)
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def upstream_url(text: str) -> str:
+    """A `base_url` without a query or a fragment (a request's own are appended)."""
+    base_url(text)
+    if "?" in text or "#" in text:
+        raise argparse.ArgumentTypeError("the upstream URL must not carry a query or a fragment")
     return text
 
 
@@ -298,6 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="both",
         help="replay in-process, over loopback HTTP through the SDK, or both (default)",
     )
+    lab.add_argument(
+        "--via",
+        choices=["proxy"],
+        help="play every scenario as a naive client through `lockgate proxy` in front of "
+        "`lockgate serve` (it must execute exactly what `lockgate run` executes)",
+    )
     lab.add_argument("--json", action="store_true", help="trace as JSON lines on stdout")
 
     serve = commands.add_parser(
@@ -317,7 +336,88 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--json", action="store_true", help="with --list: JSON lines")
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
+    _add_proxy(commands)
     return parser
+
+
+def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
+    proxy = commands.add_parser(
+        "proxy", help="gate one provider's responses for any client (an HTTP proxy)"
+    )
+    proxy.add_argument(
+        "--upstream",
+        required=True,
+        type=upstream_url,
+        metavar="URL",
+        help="the provider's origin, e.g. https://api.openai.com (request paths appended)",
+    )
+    proxy.add_argument(
+        "--host",
+        type=_text("--host"),
+        default="127.0.0.1",
+        help="listen address (default 127.0.0.1; another than loopback needs --allow-remote)",
+    )
+    proxy.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
+    proxy.add_argument(
+        "--hold",
+        choices=["tools", "terminal"],
+        default="tools",
+        help="hold from the first tool call (default), or only the finish (calls stream live)",
+    )
+    proxy.add_argument(
+        "--idle-timeout",
+        type=_positive_seconds,
+        default=defaults.IDLE_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="refuse a response after this long without a byte "
+        f"(default {defaults.IDLE_TIMEOUT_SECONDS:g})",
+    )
+    proxy.add_argument(
+        "--deadline",
+        type=_positive_seconds,
+        default=defaults.DEADLINE_SECONDS,
+        metavar="SECONDS",
+        help="refuse a response that takes longer than this in total "
+        f"(default {defaults.DEADLINE_SECONDS:g})",
+    )
+    proxy.add_argument(
+        "--keepalive",
+        type=_positive_seconds,
+        default=PROXY_KEEPALIVE_SECONDS,
+        metavar="SECONDS",
+        help="a keep-alive this often while a response is held "
+        f"(default {PROXY_KEEPALIVE_SECONDS:g})",
+    )
+    proxy.add_argument(
+        "--validate-schemas",
+        action="store_true",
+        help="also check every call's arguments against its tool's schema",
+    )
+    proxy.add_argument(
+        "--api-key-env",
+        type=_key_variable,
+        metavar="NAME",
+        help="hold the key from this variable: it replaces the clients' credentials upstream",
+    )
+    proxy.add_argument(
+        "--client-token-env",
+        type=_key_variable,
+        metavar="NAME",
+        help="require the token from this variable on every request",
+    )
+    proxy.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host other than loopback (with --api-key-env: --client-token-env too)",
+    )
+    proxy.add_argument(
+        "--max-streams",
+        type=positive_int,
+        default=PROXY_MAX_STREAMS,
+        metavar="N",
+        help=f"concurrent requests; beyond: 503 (default {PROXY_MAX_STREAMS})",
+    )
+    proxy.add_argument("--json", action="store_true", help="records as JSON lines on stdout")
 
 
 PROVIDER_OPTION = "provider option "  # the prefix of a provider option's `dest`

@@ -1,0 +1,189 @@
+"""`lockgate proxy`: the gate on the wire, in front of one provider, for any client.
+
+Every option is checked before a key is read; the key (`--api-key-env`) and the client token
+(`--client-token-env`) are then read once, removed from the environment and kept out of
+everything printed. The first line on stdout, flushed, says where it listens:
+`proxying at http://HOST:PORT -> UPSTREAM`; then one line per request, when it ends:
+`METHOD PATH PROTOCOL OUTCOME STATUS DURATION ms`, OUTCOME being `passed`, `withheld N
+calls: KIND: REASON`, `refused: KIND: REASON`, `forwarded`, `rejected: REASON`, `error:
+REASON` or `abandoned` (`--json`: the same as JSON lines, the first `{"event": "listening",
+…}`). SIGINT/SIGTERM: no new request is taken, those in flight may end within the grace
+period, exit 0.
+
+Loopback by default: another `--host` needs `--allow-remote`, and a proxy that holds a key
+and listens beyond loopback must require a client token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from . import process
+from .args import one_line
+from .codes import EXIT_OK, UsageError
+from .process import SECRETS
+
+if TYPE_CHECKING:
+    from ..proxy.server import ProxyRecord
+
+__all__ = ["check_proxy_options", "proxy", "record_line"]
+
+
+def check_proxy_options(args: argparse.Namespace) -> str:
+    """The options that need each other, before any secret is read: the address to listen
+    on (`localhost` as 127.0.0.1)."""
+    host: str = args.host
+    address = "127.0.0.1" if host == "localhost" else host
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        if not args.allow_remote:
+            raise UsageError(
+                f"--host {host} is not a loopback address: give --allow-remote to listen there"
+            )
+        if args.api_key_env is not None and args.client_token_env is None:
+            raise UsageError(
+                "a proxy that holds a key (--api-key-env) and listens beyond loopback needs "
+                "--client-token-env"
+            )
+    if args.client_token_env is not None and args.client_token_env == args.api_key_env:
+        raise UsageError("--client-token-env must name another variable than --api-key-env")
+    return address
+
+
+def _read_secret(variable: str, what: str) -> str:
+    """The value of `variable`, checked, then removed from the environment (never
+    printed: its reasons do not quote it)."""
+    from ..credentials import api_key_problem
+
+    value = os.environ.get(variable)
+    if value is None or value == "":
+        raise UsageError(f"{variable} is not set; the proxy did not start")
+    problem = api_key_problem(value)
+    if problem is not None:
+        problem = problem.replace("the API key", f"the {what}")
+        raise UsageError(f"{variable}: {problem}; the proxy did not start")
+    SECRETS.append(value)
+    process.forget_variable(variable)
+    process.protect_process_memory()
+    return value
+
+
+def record_line(record: ProxyRecord) -> str:
+    """One request as the human log prints it (before redaction and escaping)."""
+    outcome: str = record.outcome
+    if record.outcome == "withheld":
+        plural = "" if record.withheld == 1 else "s"
+        outcome = f"withheld {record.withheld} call{plural}: {record.reason}"
+    elif record.reason is not None and record.outcome != "passed":
+        outcome = f"{record.outcome}: {record.reason}"
+    return (
+        f"{record.method} {record.path} {record.protocol or '-'} {outcome} {record.status} "
+        f"{record.duration * 1000:.0f} ms"
+    )
+
+
+def proxy(args: argparse.Namespace) -> int:
+    host = check_proxy_options(args)
+    api_key = _read_secret(args.api_key_env, "API key") if args.api_key_env else None
+    token = _read_secret(args.client_token_env, "client token") if args.client_token_env else None
+    return asyncio.run(_serve(args, host, api_key, token))
+
+
+def _quiet_aiohttp() -> None:
+    """aiohttp logs a client's malformed request with a traceback on Python's last-resort
+    handler: the proxy answers it (400) and says nothing more."""
+    import logging
+
+    for name in ("aiohttp",):
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+async def _serve(
+    args: argparse.Namespace, host: str, api_key: str | None, token: str | None
+) -> int:
+    from ..credentials import Redactor
+    from ..display import visible
+    from ..proxy import GatingOptions
+    from ..proxy.server import ProxyConfig, serving
+
+    redact = Redactor(SECRETS)
+    gating = GatingOptions(
+        idle_timeout=args.idle_timeout,
+        deadline=args.deadline,
+        keepalive_interval=args.keepalive,
+        validate_schemas=args.validate_schemas,
+        hold=args.hold,
+    )
+    config = ProxyConfig(
+        args.upstream,
+        host,
+        args.port,
+        gating,
+        api_key=api_key,
+        client_token=token,
+        max_streams=args.max_streams,
+    )
+    _quiet_aiohttp()
+    failed: list[OSError] = []
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    with process.interrupt_signal() as interrupted:
+
+        def log(record: ProxyRecord) -> None:
+            if failed:
+                return
+            try:
+                if args.json:
+                    value = {
+                        "event": "request",
+                        "method": record.method,
+                        "path": record.path,
+                        "protocol": record.protocol,
+                        "outcome": record.outcome,
+                        "withheld": record.withheld,
+                        "reason": record.reason,
+                        "status": record.status,
+                        "duration_ms": round(record.duration * 1000, 1),
+                    }
+                    emit(json.dumps(redact.redact_value(value)))
+                else:
+                    emit(visible(redact(record_line(record)), multiline=False))
+            except OSError as exc:  # stdout closed or full: stop serving, report it
+                failed.append(exc)
+                interrupted.set()
+
+        context = serving(config, log)
+        try:
+            running = await context.__aenter__()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise UsageError(f"cannot listen on {host}:{args.port}: {reason}") from None
+        try:
+            upstream = one_line(args.upstream)
+            if args.json:
+                emit(json.dumps({"event": "listening", "url": running.url, "upstream": upstream}))
+            else:
+                emit(f"proxying at {running.url} -> {upstream}")
+            await interrupted.wait()
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            await context.__aexit__(None, None, None)
+    if failed:
+        raise failed[0]  # the entry point's exit code for an output error
+    print(f"lockgate proxy: stopped after {running.requests} requests", file=sys.stderr)
+    return EXIT_OK
