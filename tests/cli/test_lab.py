@@ -129,3 +129,32 @@ def test_lab_list_names_every_scenario_once_with_its_protocols() -> None:
     lines = human.stdout.splitlines()
     assert lines[-1] == f"{len(lines) - 1} scenarios"
     assert all(not line.split()[0].startswith(("anthropic-", "responses-")) for line in lines[:-1])
+
+
+def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
+    code, stdout, _ = lab("--via", "proxy", "--scenario", "second-call-invalid")
+    assert code == 0
+    rows = {(row[0], row[1]): row for row in table_rows(stdout) if len(row) == 9}
+    for provider in ("responses", "chat", "anthropic"):
+        # requests, passed, withheld, run executed, naive via proxy, naive direct, result
+        assert rows["second-call-invalid", provider][2:] == ["1", "0", "1", "0", "0", "2", "ok"]
+    assert stdout.splitlines()[-1] == "3 of 3 runs through the proxy as expected"
+
+
+def test_lab_via_proxy_json_records_and_usage_errors() -> None:
+    code, stdout, _ = lab("--via", "proxy", "--scenario", "repair", "--provider", "chat", "--json")
+    assert code == 0
+    records = json_records(stdout)
+    assert [record["event"] for record in records] == ["lab_proxy_run"]
+    assert records[0]["naive_executed_via_proxy"] == records[0]["run_executed"] == 6
+    assert records[0]["as_expected"] is True
+    code, _, stderr = lab("--via", "proxy", "--provider", "gemini")
+    assert (code, stderr.strip()) == (
+        2,
+        "lockgate: the proxy does not gate gemini (it gates responses, chat, anthropic)",
+    )
+    code, _, stderr = lab("--via", "proxy", "--transport", "http")
+    assert (code, stderr.strip()) == (
+        2,
+        "lockgate: --via proxy plays over HTTP; leave out --transport",
+    )

@@ -14,6 +14,7 @@ from .process import temporary_directory, until_interrupted
 
 if TYPE_CHECKING:
     from ..lab.runner import LabResult
+    from ..lab.via_proxy import ProxyLabResult
     from ..scripted.scenario import Scenario
 
 
@@ -114,6 +115,98 @@ def list_scenarios(providers: Sequence[str], json_lines: bool) -> int:
     return EXIT_OK
 
 
+def _proxy_table(results: Sequence[ProxyLabResult], out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="lockgate lab --via proxy")
+    for column in ("scenario", "provider"):
+        table.add_column(column)
+    for column in ("requests", "passed", "withheld", "run executed", "naive via proxy"):
+        table.add_column(column, justify="right")
+    table.add_column("naive direct", justify="right")
+    table.add_column("result")
+    for result in results:
+        table.add_row(
+            result.scenario.name,
+            result.provider,
+            str(result.requests),
+            str(result.passed),
+            str(result.withheld),
+            str(result.run_tools),
+            str(result.naive_tools),
+            str(result.direct_tools),
+            "ok" if result.as_expected else "NOT AS EXPECTED: " + "; ".join(result.problems),
+        )
+    width = None if out.isatty() else 1000
+    Console(file=out, width=width, highlight=False, soft_wrap=False).print(table)
+
+
+def _proxy_record(result: ProxyLabResult) -> dict[str, Any]:
+    return {
+        "event": "lab_proxy_run",
+        "scenario": result.scenario.name,
+        "provider": result.provider,
+        "requests": result.requests,
+        "passed": result.passed,
+        "withheld": result.withheld,
+        "run_executed": result.run_tools,
+        "naive_executed_via_proxy": result.naive_tools,
+        "naive_executed_direct": result.direct_tools,
+        "as_expected": result.as_expected,
+        "problems": list(result.problems),
+    }
+
+
+async def _via_proxy(args: argparse.Namespace, providers: Sequence[str]) -> int:
+    """`lockgate lab --via proxy`: every scenario as naive client → proxy → serve."""
+    from ..display import JsonLinesDisplay
+    from ..lab.via_proxy import proxy_lab_runs, run_via_proxy
+    from ..providers import provider as registry_entry
+
+    gated = [name for name in providers if registry_entry(name).gateway is not None]
+    if not gated:
+        every = [name for name in provider_names() if registry_entry(name).gateway is not None]
+        raise UsageError(
+            f"the proxy does not gate {', '.join(providers)} (it gates {', '.join(every)})"
+        )
+    chosen = None if args.scenario is None else scenario_named(args.scenario)
+    runs, skipped = proxy_lab_runs(chosen, gated)
+    if not runs:
+        where = args.provider if chosen is None else f"{args.provider} through the proxy"
+        name = "no scenario" if chosen is None else f"scenario {chosen.name}"
+        raise UsageError(f"{name} runs on {where}")
+    results = []
+    progress = sys.stderr.isatty() and not args.json
+    for number, (scenario, provider) in enumerate(runs, start=1):
+        if progress:
+            sys.stderr.write(f"\r\x1b[2Klab: {number}/{len(runs)} {scenario.name} ({provider})")
+            sys.stderr.flush()
+        results.append(await run_via_proxy(scenario, provider))
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    failed = [result for result in results if not result.as_expected]
+    if args.json:
+        lines = JsonLinesDisplay(sys.stdout)
+        for result in results:
+            lines.emit(_proxy_record(result))
+        for scenario, provider, reason in skipped:
+            lines.emit(
+                {
+                    "event": "lab_proxy_skip",
+                    "scenario": scenario.name,
+                    "provider": provider,
+                    "reason": reason,
+                }
+            )
+    else:
+        _proxy_table(results, sys.stdout)
+        for scenario, provider, reason in skipped:
+            print(f"skipped {scenario.name} ({provider}): {reason}")
+        print(f"{len(results) - len(failed)} of {len(results)} runs through the proxy as expected")
+    return EXIT_OK if not failed else EXIT_FAILED
+
+
 async def _lab(args: argparse.Namespace) -> int:
     from ..credentials import Redactor
     from ..display import JsonLinesDisplay
@@ -129,6 +222,10 @@ async def _lab(args: argparse.Namespace) -> int:
     with temporary_directory("lockgate-lab-"):
         pass  # every run needs one: a missing temporary directory is said once, up front
     providers = provider_names() if args.provider == "all" else [args.provider]
+    if getattr(args, "via", None) == "proxy":
+        if args.transport != "both":
+            raise UsageError("--via proxy plays over HTTP; leave out --transport")
+        return await _via_proxy(args, providers)
     if args.scenario is None:
         runs = lab_runs(None, providers, args.transport)
         results = []

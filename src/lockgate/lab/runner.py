@@ -59,6 +59,7 @@ class LabResult:
     server: ServerView | None = None
     check_problems: tuple[str, ...] = ()
     usage: Usage | None = None  # None: no response reported usage
+    requests: tuple[Mapping[str, Any], ...] = ()  # the bodies of the requests that took turns
 
     @property
     def problems(self) -> list[str]:
@@ -246,4 +247,5 @@ async def run_scenario(
         server=server,
         check_problems=check_problems,
         usage=meter.usage,
+        requests=tuple(requests),
     )
