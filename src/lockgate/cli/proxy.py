@@ -185,5 +185,7 @@ async def _serve(
             await context.__aexit__(None, None, None)
     if failed:
         raise failed[0]  # the entry point's exit code for an output error
-    print(f"lockgate proxy: stopped after {running.requests} requests", file=sys.stderr)
+    served = running.requests
+    plural = "" if served == 1 else "s"
+    print(f"lockgate proxy: stopped after {served} request{plural}", file=sys.stderr)
     return EXIT_OK
