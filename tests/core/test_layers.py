@@ -32,6 +32,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     # the lab's vocabulary, below the providers that render it
     frozenset({"scripted"}),
     frozenset({"providers"}),
+    # recorded traffic: the cassette format, recording, faults and importers
+    frozenset({"cassette"}),
     # the gate on the wire, on every provider's gateway
     frozenset({"proxy"}),
     # the lab runs scenarios through the providers
