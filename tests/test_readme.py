@@ -68,3 +68,23 @@ def test_readme_script_example_is_a_valid_script() -> None:
     assert [turn.status for turn in turns] == [429, 200, 200]
     assert turns[1].connection_error
     assert turns[2].faults.line_ending == "crlf"
+
+
+def test_the_transport_example_runs_as_written() -> None:
+    code = README.split("```python gated\n", 1)[1].split("```", 1)[0]
+    with ServerThread([text_turn("chatcmpl-gated", "Hello.")], provider="chat") as running:
+        environment = {
+            **os.environ,
+            "OPENAI_API_KEY": "sk-readme-example",
+            "OPENAI_BASE_URL": running.base_url,
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Hello.\n"
