@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 # The naive client's own silence limit (longer than the proxy's: the proxy decides first).
-NAIVE_READ_TIMEOUT_SECONDS = 3.0
+NAIVE_READ_TIMEOUT_SECONDS = 1.5
 
 
 @dataclass(frozen=True, slots=True)
