@@ -1,0 +1,489 @@
+"""Helpers for `proxy.py`: the proxies under test, each in a process of its own, the
+readings of that process (CPU time and RSS from /proc) and the loopback client that drives
+Chat Completions streams through them.
+
+`python benchmarks/_proxy.py lockgate|passthrough UPSTREAM` runs one proxy in front of
+`UPSTREAM` (the benchmark server, `_server.py`), prints its port on stdout and serves until
+its stdin closes (the parent exited) or it gets SIGTERM:
+
+- `lockgate`: `lockgate.proxy.server.serving` with its defaults (the gate holds from the
+  first tool call on), `max_streams` raised to 2,000 for the concurrency run;
+- `passthrough`: the floor for a Python proxy: an aiohttp server whose handler sends the
+  request to the upstream with one pooled `aiohttp.ClientSession` and writes each chunk of
+  the upstream body back unchanged as it arrives (`iter_any`), nothing parsed.
+
+LiteLLM's proxy (`litellm --config CFG`, a benchmark-only install, never a project
+dependency) runs from `LOCKGATE_BENCH_LITELLM` (the path of its `litellm` command) or
+`litellm` on the PATH, with one model per stream shape whose `api_base` is the benchmark
+server's stream (`litellm_config`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a script
+
+import aiohttp
+
+if TYPE_CHECKING:
+    from benchmarks._streams import StreamSpec
+
+# The proxies' processes import only what they run (aiohttp; lockgate's proxy): the
+# client's helpers (`_common`, with the SDKs) are imported where the client uses them.
+
+HERE = Path(__file__).resolve().parent
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+LITELLM_ENV = "LOCKGATE_BENCH_LITELLM"
+STAMP = b'"content":"'
+STAMP_CHARS = 18  # len(_streams.PLACEHOLDER): the paced server's send-time stamp
+
+
+# --- the proxies' processes ------------------------------------------------------------
+
+
+async def _serve_passthrough(upstream: str, stop: asyncio.Event) -> None:
+    from aiohttp import web
+
+    base = upstream.rstrip("/")
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=60, sock_read=60)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=timeout, trust_env=False, auto_decompress=True
+    ) as session:
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            headers = {"content-type": request.headers.get("content-type", "application/json")}
+            if "authorization" in request.headers:
+                headers["authorization"] = request.headers["authorization"]
+            async with session.request(
+                request.method, base + request.rel_url.raw_path_qs, data=body, headers=headers
+            ) as upstream_response:
+                response = web.StreamResponse(
+                    status=upstream_response.status,
+                    headers={
+                        "content-type": upstream_response.headers.get(
+                            "content-type", "application/octet-stream"
+                        )
+                    },
+                )
+                await response.prepare(request)
+                async for chunk in upstream_response.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handle)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        server = site._server
+        assert server is not None
+        print(server.sockets[0].getsockname()[1], flush=True)  # type: ignore[attr-defined]
+        try:
+            await stop.wait()
+        finally:
+            await runner.cleanup()
+
+
+async def _serve_lockgate(upstream: str, stop: asyncio.Event) -> None:
+    from lockgate.proxy.server import ProxyConfig, serving
+
+    async with serving(ProxyConfig(upstream=upstream, port=0, max_streams=2000)) as running:
+        print(running.url.rsplit(":", 1)[1], flush=True)
+        await stop.wait()
+
+
+def raise_fd_limit() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, 65536)
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+async def _serve(kind: str, upstream: str) -> None:
+    raise_fd_limit()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_reader(sys.stdin.fileno(), stop.set)  # stdin closed (or written): stop
+    if kind == "lockgate":
+        await _serve_lockgate(upstream, stop)
+    else:
+        await _serve_passthrough(upstream, stop)
+
+
+@dataclass
+class Proxy:
+    """A proxy under test, in its own process: where to send each stream, and its pid."""
+
+    name: str
+    pid: int
+    origin: str
+    litellm: bool = False
+    models: dict[str, str] = field(default_factory=dict)  # LiteLLM: stream name -> model
+    pids: list[int] = field(default_factory=list)  # the process and its descendants
+
+    def url(self, spec: StreamSpec) -> str:
+        if self.litellm:
+            return f"{self.origin}/v1/chat/completions"
+        return f"{self.origin}/{spec.name}/v1/chat/completions"
+
+    def body(self, spec: StreamSpec) -> bytes:
+        if not self.litellm:
+            return chat_body()
+        request = json.loads(chat_body())
+        request["model"] = self.models[spec.name]
+        return json.dumps(request).encode()
+
+    def __post_init__(self) -> None:
+        if self.pid and not self.pids:
+            self.pids = family(self.pid)
+
+    def cpu_seconds(self) -> float:
+        return sum(_cpu_seconds(pid) for pid in self.pids)
+
+    def rss_kib(self) -> int:
+        return sum(_rss_kib(pid) for pid in self.pids)
+
+
+@cache
+def chat_body() -> bytes:
+    """lockgate's own Chat request for the benchmark history: the tools, `"stream": true`."""
+    from benchmarks._common import request_body
+
+    return request_body("chat")
+
+
+def api_key() -> str:
+    from benchmarks._common import KEY
+
+    return KEY
+
+
+def direct(origin: str) -> Proxy:
+    """No proxy: the client reads the benchmark server itself (the latency baseline)."""
+    return Proxy("direct", 0, origin)
+
+
+@contextlib.contextmanager
+def proxy_process(kind: str, upstream: str) -> Iterator[Proxy]:
+    process = subprocess.Popen(
+        [sys.executable, str(HERE / "_proxy.py"), kind, upstream],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        if not line.isdigit():
+            raise RuntimeError(f"the {kind} proxy did not start ({line!r})")
+        yield Proxy(kind, process.pid, f"http://127.0.0.1:{line}")
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        _reap(process)
+
+
+def litellm_command() -> str | None:
+    """LiteLLM's `litellm` command, where it is installed; None when it is not."""
+    given = os.environ.get(LITELLM_ENV)
+    if given:
+        return given if os.access(given, os.X_OK) else None
+    return shutil.which("litellm")
+
+
+def litellm_config(upstream: str, specs: list[StreamSpec]) -> tuple[str, dict[str, str]]:
+    """LiteLLM's config (YAML, which JSON is): one model per stream, its `api_base` that
+    stream's base URL on the benchmark server."""
+    models = {spec.name: f"bench-{number}" for number, spec in enumerate(specs)}
+    config = {
+        "model_list": [
+            {
+                "model_name": models[spec.name],
+                "litellm_params": {
+                    "model": "openai/bench-model",
+                    "api_base": f"{upstream}/{spec.name}/v1",
+                    "api_key": api_key(),
+                },
+            }
+            for spec in specs
+        ],
+        "litellm_settings": {"drop_params": True, "telemetry": False},
+    }
+    return json.dumps(config, indent=1), models
+
+
+@contextlib.contextmanager
+def litellm_process(command: str, upstream: str, specs: list[StreamSpec]) -> Iterator[Proxy]:
+    """LiteLLM's proxy with no master key (its cheapest path: no key check, no database),
+    its cost map local, its log in a temporary file (shown if it does not start)."""
+    text, models = litellm_config(upstream, specs)
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-litellm-") as folder:
+        config = Path(folder) / "config.yaml"
+        config.write_text(text)
+        log_path = Path(folder) / "litellm.log"
+        port = _free_port()
+        env = dict(os.environ)
+        env.update(
+            LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY="true",
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+            LITELLM_TELEMETRY="False",
+            LITELLM_LOG="ERROR",
+            NO_PROXY="*",
+        )
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [command, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=folder,
+                env=env,
+                start_new_session=True,
+            )
+        try:
+            origin = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while not _answers(origin + "/health/liveliness"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    tail = log_path.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"LiteLLM did not start:\n{tail}")
+                time.sleep(0.25)
+            yield Proxy("litellm", process.pid, origin, litellm=True, models=models)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            _reap(process)
+
+
+def litellm_version(command: str) -> str:
+    python = Path(command).parent / "python"
+    if not python.exists():
+        return "?"
+    result = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout.strip() or "?"
+
+
+def _reap(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return int(response.status) == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+# --- /proc readings --------------------------------------------------------------------
+
+
+def family(pid: int) -> list[int]:
+    """`pid` and its descendants (LiteLLM may run workers of its own)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(parents.get(current, ()))
+    return found
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of the process (all its threads, the dead ones too) and of its
+    waited-for children."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # fields[0] is the state (field 3 of stat(5)); utime, stime, cutime, cstime: 14-17
+    return sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * PAGE_KIB
+    except OSError:
+        return 0
+
+
+# --- the client ------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What the client saw of a batch of streams."""
+
+    streams: int
+    frames: int = 0  # SSE data lines received
+    failures: list[str] = field(default_factory=list)
+    lags: list[tuple[float, float]] = field(default_factory=list)  # (arrival, lag) s
+    firsts: list[float] = field(default_factory=list)  # each stream's first stamped delta
+    seconds: float = 0.0
+    peak_rss_kib: int = 0
+    cpu_seconds: float = 0.0  # the proxy's, over the batch
+
+    def window_lags(self) -> list[float]:
+        """The lags of the deltas that arrived once every stream was streaming (the opening
+        burst left out)."""
+        if len(self.firsts) < self.streams:
+            return [lag for _, lag in self.lags]
+        opened = max(self.firsts)
+        return [lag for arrival, lag in self.lags if arrival >= opened]
+
+
+def client_session(streams: int) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, force_close=False),
+        timeout=aiohttp.ClientTimeout(total=300, sock_connect=60, sock_read=60),
+        trust_env=False,
+    )
+
+
+async def _one(
+    session: aiohttp.ClientSession,
+    proxy: Proxy,
+    spec: StreamSpec,
+    outcome: Outcome,
+    expect_text: int,
+) -> None:
+    headers = {"content-type": "application/json", "authorization": f"Bearer {api_key()}"}
+    text = 0
+    done = False
+    lags_seen = False
+    lags = outcome.lags
+    try:
+        async with session.post(proxy.url(spec), data=proxy.body(spec), headers=headers) as resp:
+            if resp.status != 200:
+                body = (await resp.read())[:200]
+                outcome.failures.append(f"HTTP {resp.status}: {body!r}")
+                return
+            async for line in resp.content:
+                if not line.startswith(b"data: "):
+                    continue
+                now = time.monotonic()
+                outcome.frames += 1
+                if line.startswith(b"data: [DONE]"):
+                    done = True
+                    continue
+                at = line.find(STAMP)
+                if at < 0:
+                    continue
+                start = at + len(STAMP)
+                if line[start : start + 1] == b'"':
+                    continue  # the opening frame's empty content
+                text += 1
+                value = line[start : start + STAMP_CHARS]
+                end = start + STAMP_CHARS
+                if value[:1].isdigit() and line[end : end + 1] == b'"':
+                    if not lags_seen:
+                        lags_seen = True
+                        outcome.firsts.append(now)
+                    lags.append((now, now - float(value)))
+    except Exception as exc:
+        outcome.failures.append(f"{type(exc).__name__}: {exc}")
+        return
+    if not done:
+        outcome.failures.append("the stream ended without [DONE]")
+    elif text < expect_text:
+        outcome.failures.append(f"{text} of {expect_text} text deltas")
+
+
+async def drive(
+    session: aiohttp.ClientSession,
+    proxy: Proxy,
+    spec: StreamSpec,
+    streams: int,
+    concurrent: bool = True,
+    watch_rss: bool = False,
+) -> Outcome:
+    """`streams` requests of `spec` through `proxy`, all at once (or one after another);
+    with `watch_rss`, the proxy's peak RSS while they run (sampled every 20 ms)."""
+    outcome = Outcome(streams)
+    expect = spec.text
+    sampling = True
+
+    async def sample() -> None:
+        while sampling:
+            outcome.peak_rss_kib = max(outcome.peak_rss_kib, proxy.rss_kib())
+            await asyncio.sleep(0.02)
+
+    sampler = asyncio.create_task(sample()) if watch_rss else None
+    started = time.monotonic()
+    cpu_before = proxy.cpu_seconds()
+    if concurrent:
+        await asyncio.gather(*(_one(session, proxy, spec, outcome, expect) for _ in range(streams)))
+    else:
+        for _ in range(streams):
+            await _one(session, proxy, spec, outcome, expect)
+    outcome.seconds = time.monotonic() - started
+    outcome.cpu_seconds = proxy.cpu_seconds() - cpu_before
+    sampling = False
+    if sampler is not None:
+        await sampler
+    return outcome
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(sys.argv[1], sys.argv[2]))
