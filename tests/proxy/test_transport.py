@@ -581,3 +581,24 @@ def test_gated_client_wraps_the_given_transport() -> None:
             return b"".join([piece async for piece in r.aiter_bytes()])
 
     assert ends_with_refusal(run(read()), "anthropic")
+
+
+def test_the_sdk_does_not_retry_a_refusal_a_new_request_cannot_change() -> None:
+    # With the SDK's default retries, a refused whole answer (an invalid batch) is asked
+    # once: the 502 says `x-should-retry: false`, which the official SDKs obey.
+    reply = two_calls(Call("call_2", "delete_everything", {"path": "/"}))
+    upstream = whole_upstream("chat", reply)
+
+    async def ask() -> openai.InternalServerError:
+        client = openai.AsyncOpenAI(
+            api_key="sk-test", base_url=f"{ORIGIN}/v1", http_client=gated(upstream), max_retries=2
+        )
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "fix it"}], tools=TOOLS["chat"]
+            )
+        return caught.value
+
+    raised = run(ask())
+    assert raised.response.headers["x-should-retry"] == "false"
+    assert len(upstream.seen) == 1

@@ -536,11 +536,14 @@ MAX_WHOLE_BYTES = 32 * 1024 * 1024  # a non-streaming body is read under this ca
 @dataclass(frozen=True, slots=True)
 class WholeVerdict:
     """A non-streaming response judged: `status` and `body` are what the client receives
-    (accepted: the upstream's own, unchanged; refused: 502 and the protocol's error body)."""
+    (accepted: the upstream's own, unchanged; refused: 502 and the protocol's error body);
+    `headers`, what a refusal adds: `x-should-retry: false` when a new request cannot help
+    (the official SDKs obey it instead of retrying a 502: a second paid call for nothing)."""
 
     outcome: Outcome
     status: int
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def judge_whole(
@@ -584,7 +587,8 @@ def judge_whole(
         judge.end()
     except Exception as exc:
         refused = _refused(exc, judge.calls, redact or _unchanged)
-        return WholeVerdict(refused, 502, gateway.error_body(refused.refusal))
+        advice = () if refused.refusal.transient else (("x-should-retry", "false"),)
+        return WholeVerdict(refused, 502, gateway.error_body(refused.refusal), advice)
     assert judge.decision is not None
     return WholeVerdict(Accepted(judge.decision), status, body)
 

@@ -144,6 +144,7 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         if isinstance(verdict.outcome, Refused):
             headers = [(name, value) for name, value in headers if name.lower() != "content-type"]
             headers.append(("content-type", "application/json"))
+            headers.extend(verdict.headers)
         return httpx2.Response(
             verdict.status,
             headers=headers,
