@@ -121,7 +121,7 @@ BAD_ARGUMENTS = {
     ),
     ("bogus",): (
         "lockgate: error: argument command: invalid choice: 'bogus' "
-        "(choose from 'run', 'lab', 'serve', 'proxy') (see lockgate --help)"
+        "(choose from 'run', 'lab', 'serve', 'proxy', 'cassette') (see lockgate --help)"
     ),
     (): "lockgate: error: the following arguments are required: command (see lockgate --help)",
 }

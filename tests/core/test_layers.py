@@ -38,7 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"proxy"}),
     # the lab runs scenarios through the providers
     frozenset({"lab"}),
-    frozenset({"cli", "__main__"}),
+    frozenset({"cli", "__main__", "pytest_plugin"}),
     frozenset({"lockgate"}),  # the package's public surface (imported on first use)
 )
 

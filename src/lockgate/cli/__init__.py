@@ -51,6 +51,10 @@ def _run_command(args: argparse.Namespace) -> int:
         from .proxy import proxy
 
         return proxy(args)
+    if args.command == "cassette":
+        from .cassette import run_cassette
+
+        return run_cassette(args)
     from .lab import run_lab
 
     return asyncio.run(run_lab(args))

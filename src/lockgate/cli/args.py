@@ -9,7 +9,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from .. import defaults
 from ..version import __version__
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 Number = TypeVar("Number", int, float)
 DESCRIPTION = (
     "The lockgate command line: run (live, opt-in), lab (failure lab), serve, proxy (the gate "
-    "on the wire)."
+    "on the wire), cassette (recorded traffic)."
 )
 PROXY_KEEPALIVE_SECONDS = 15.0  # proxy.engine.DEFAULT_KEEPALIVE_SECONDS (kept light here)
 PROXY_MAX_STREAMS = 256  # proxy.server.DEFAULT_MAX_STREAMS
@@ -138,6 +138,43 @@ def _key_variable(text: str) -> str:
             "credential"
         )
     return text
+
+
+def _variable_name(text: str) -> str:
+    """An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`."""
+    if (
+        not text
+        or not (text[0].isalpha() or text[0] == "_")
+        or not all(c.isascii() and (c.isalnum() or c == "_") for c in text)
+    ):
+        raise argparse.ArgumentTypeError(
+            "must be an environment variable name (letters, digits and '_')"
+        )
+    return text
+
+
+def _record_folder(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the folder path is empty")
+    return Path(text)
+
+
+def add_recording(command: argparse.ArgumentParser) -> None:
+    """`--record DIR` and `--redact-env NAME` (run and proxy)."""
+    command.add_argument(
+        "--record",
+        type=_record_folder,
+        metavar="DIR",
+        help="write every exchange as a cassette into this existing folder (secrets redacted)",
+    )
+    command.add_argument(
+        "--redact-env",
+        type=_variable_name,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --record: also redact this variable's value from cassettes (repeatable)",
+    )
 
 
 def _loopback_host(text: str) -> str:
@@ -260,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="aiohttp",
         help="the SDK's HTTP client: aiohttp-backed (default, the faster) or httpx",
     )
+    add_recording(run)
     retry = run.add_argument_group(
         "retry owner (environment: LOCKGATE_RETRY_ATTEMPTS, _BASE_DELAY, _MAX_DELAY, _JITTER)"
     )
@@ -317,6 +355,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="play every scenario as a naive client through `lockgate proxy` in front of "
         "`lockgate serve` (it must execute exactly what `lockgate run` executes)",
     )
+    lab.add_argument(
+        "--cassettes",
+        type=_script_path,
+        metavar="DIR",
+        help="judge recorded cassettes (a folder of *.cassette.jsonl, or one file) unfaulted "
+        "and under every fault at every event",
+    )
+    lab.add_argument(
+        "--budget",
+        type=positive_int,
+        metavar="N",
+        help="with --cassettes: at most N faulted runs in all, drawn with --seed",
+    )
+    lab.add_argument(
+        "--seed",
+        type=_number(int, "a whole number", lambda v: 0 <= v < 2**63, "must be 0 or more"),
+        default=0,
+        metavar="S",
+        help="with --cassettes --budget: the seed of the draw (default 0)",
+    )
     lab.add_argument("--json", action="store_true", help="trace as JSON lines on stdout")
 
     serve = commands.add_parser(
@@ -331,13 +389,76 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--scenario", metavar="NAME", help="serve a lab scenario's turns")
     source.add_argument("--script", type=_script_path, metavar="FILE", help="serve a JSON script")
     source.add_argument(
+        "--cassette",
+        type=_script_path,
+        metavar="FILE|DIR",
+        help="serve recorded exchanges (a cassette, or a folder of *.cassette.jsonl in name order)",
+    )
+    source.add_argument(
         "--list", action="store_true", help="list the scenarios it can serve and exit"
+    )
+    serve.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="with --cassette: overlay a fault on every exchange (cut:inside=3, "
+        "stall:before=2:seconds=5, status:429:retry-after=2, random:SEED, ...; repeatable)",
+    )
+    serve.add_argument(
+        "--timing",
+        choices=("fast", "recorded"),
+        default="fast",
+        help="with --cassette: replay the recorded pauses between reads (default fast: none)",
+    )
+    serve.add_argument(
+        "--match",
+        choices=("order", "request"),
+        default="order",
+        help="with --cassette: serve exchanges in order (default), or each request by the "
+        "first unused cassette whose request body equals it",
     )
     serve.add_argument("--json", action="store_true", help="with --list: JSON lines")
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
     _add_proxy(commands)
+    _add_cassette(commands, providers)
     return parser
+
+
+def _nonempty_path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty")
+    return Path(text)
+
+
+def _add_cassette(commands: argparse._SubParsersAction[Any], providers: list[str]) -> None:
+    """The `cassette` command and its `import` subcommand (standard library only)."""
+    cassette = commands.add_parser("cassette", help="import recorded exchanges as cassettes")
+    actions = cassette.add_subparsers(
+        dest="cassette_command", required=True, metavar="COMMAND", parser_class=type(cassette)
+    )
+    imports = actions.add_parser(
+        "import",
+        help="convert real-streams JSON files and vcrpy/pytest-recording cassettes",
+        description="One cassette per recorded exchange, written into --to (made if missing).",
+    )
+    imports.add_argument(
+        "sources",
+        nargs="+",
+        type=_nonempty_path,
+        metavar="SRC",
+        help="a .json / .yaml / .yml file, or a folder of them",
+    )
+    imports.add_argument(
+        "--to", required=True, type=_nonempty_path, metavar="DIR", help="the folder to write into"
+    )
+    imports.add_argument(
+        "--protocol",
+        choices=providers,
+        help="import every model request as this protocol (default: from the URL path; "
+        "a real-streams file names its own, and one of another protocol is skipped)",
+    )
 
 
 def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -418,6 +539,7 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
         help=f"concurrent requests; beyond: 503 (default {PROXY_MAX_STREAMS})",
     )
     proxy.add_argument("--json", action="store_true", help="records as JSON lines on stdout")
+    add_recording(proxy)
 
 
 PROVIDER_OPTION = "provider option "  # the prefix of a provider option's `dest`

@@ -13,6 +13,7 @@ from .output import observer, print_outcome
 from .process import temporary_directory, until_interrupted
 
 if TYPE_CHECKING:
+    from ..cassette.judge import LabReport
     from ..lab.runner import LabResult
     from ..lab.via_proxy import ProxyLabResult
     from ..scripted.scenario import Scenario
@@ -207,6 +208,139 @@ async def _via_proxy(args: argparse.Namespace, providers: Sequence[str]) -> int:
     return EXIT_OK if not failed else EXIT_FAILED
 
 
+def _cassette_table(report: LabReport, out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="lockgate lab --cassettes")
+    for column in ("cassette", "protocol"):
+        table.add_column(column)
+    for column in ("runs", "accepted", "refused", "violations", "undetectable"):
+        table.add_column(column, justify="right")
+    for row in report.rows:
+        table.add_row(
+            row.cassette,
+            row.protocol,
+            str(row.runs),
+            str(row.accepted),
+            str(row.refused),
+            str(len(row.violations)),
+            str(len(row.undetectable)),
+        )
+    width = None if out.isatty() else 1000
+    Console(file=out, width=width, highlight=False, soft_wrap=False).print(table)
+
+
+async def _cassette_lab(args: argparse.Namespace) -> int:
+    """`lockgate lab --cassettes DIR`: every cassette through lockgate's own client,
+    unfaulted and under its faults (`cassette.judge.lab`), on a virtual-time loop in a
+    worker thread (a stall costs no time); an interruption stops it after the run under
+    way."""
+    import asyncio
+    import threading
+    from pathlib import Path
+
+    from ..cassette.format import CassetteError, load_all
+    from ..cassette.judge import lab
+    from ..display import JsonLinesDisplay
+    from .args import one_line
+
+    for flag, given in (
+        ("--scenario", args.scenario is not None),
+        ("--list", args.list),
+        ("--via", getattr(args, "via", None) is not None),
+        ("--transport", args.transport != "both"),
+    ):
+        if given:
+            raise UsageError(f"--cassettes plays the recorded exchanges; leave out {flag}")
+    try:
+        cassettes = load_all(Path(args.cassettes))
+    except CassetteError as exc:
+        raise UsageError(str(exc)) from None
+    if args.provider != "all":
+        cassettes = [c for c in cassettes if c.protocol == args.provider]
+        if not cassettes:
+            raise UsageError(f"no {args.provider} cassette in {args.cassettes}")
+    unknown = sorted({c.protocol for c in cassettes} - set(provider_names()))
+    if unknown:
+        raise UsageError(f"cassettes of a protocol lockgate does not speak: {', '.join(unknown)}")
+    stop = threading.Event()
+    show = sys.stderr.isatty() and not args.json
+
+    def progress(number: int, total: int, name: str) -> None:
+        if show:
+            sys.stderr.write(f"\r\x1b[2Klab: {number}/{total} {one_line(name)[:120]}")
+            sys.stderr.flush()
+
+    try:
+        report = await asyncio.to_thread(
+            lab, cassettes, budget=args.budget, seed=args.seed, stop=stop, progress=progress
+        )
+    except BaseException:
+        stop.set()  # the worker stops after the run under way
+        raise
+    if show:
+        sys.stderr.write("\r\x1b[2K")
+    violations = report.violations
+    if args.json:
+        lines = JsonLinesDisplay(sys.stdout)
+        for row in report.rows:
+            base = row.baseline
+            lines.emit(
+                {
+                    "event": "lab_cassette",
+                    "cassette": row.cassette,
+                    "protocol": row.protocol,
+                    "runs": row.runs,
+                    "accepted": row.accepted,
+                    "refused": row.refused,
+                    "violations": len(row.violations),
+                    "undetectable": len(row.undetectable),
+                    "unfaulted": base.kind,
+                    "decision": None if base.decision is None else base.decision.as_json(),
+                }
+            )
+        for violation in violations:
+            lines.emit(
+                {
+                    "event": "lab_cassette_violation",
+                    "cassette": violation.cassette,
+                    "fault": violation.fault,
+                    "reason": violation.reason,
+                }
+            )
+        for change in report.undetectable:
+            lines.emit(
+                {
+                    "event": "lab_cassette_undetectable",
+                    "cassette": change.cassette,
+                    "fault": change.fault,
+                    "reason": change.reason,
+                }
+            )
+        lines.emit(
+            {
+                "event": "lab_cassettes",
+                "runs": report.runs,
+                "violations": len(violations),
+                "undetectable": len(report.undetectable),
+            }
+        )
+    else:
+        _cassette_table(report, sys.stdout)
+        for violation in violations:
+            fault = violation.fault or "unfaulted"
+            print(one_line(f"VIOLATION {violation.cassette} {fault}: {violation.reason}"))
+        if report.undetectable:
+            print(
+                f"{len(report.undetectable)} runs released another well-formed response: a "
+                "dropped, duplicated or swapped event on a protocol without event numbers "
+                "(chat, anthropic, gemini) is not detectable from the bytes (--json lists them)"
+            )
+        print(f"{report.runs} runs, {len(violations)} violations")
+    return EXIT_OK if not violations else EXIT_FAILED
+
+
 async def _lab(args: argparse.Namespace) -> int:
     from ..credentials import Redactor
     from ..display import JsonLinesDisplay
@@ -222,6 +356,10 @@ async def _lab(args: argparse.Namespace) -> int:
     with temporary_directory("lockgate-lab-"):
         pass  # every run needs one: a missing temporary directory is said once, up front
     providers = provider_names() if args.provider == "all" else [args.provider]
+    if getattr(args, "cassettes", None) is not None:
+        return await _cassette_lab(args)
+    if getattr(args, "budget", None) is not None:
+        raise UsageError("--budget is for --cassettes")
     if getattr(args, "via", None) == "proxy":
         if args.transport != "both":
             raise UsageError("--via proxy plays over HTTP; leave out --transport")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from . import process
 from .args import one_line
-from .codes import EXIT_OK, UsageError
+from .codes import EXIT_OK, EXIT_OUTPUT, UsageError
 from .process import SECRETS
 
 if TYPE_CHECKING:
@@ -92,10 +92,13 @@ def record_line(record: ProxyRecord) -> str:
 
 
 def proxy(args: argparse.Namespace) -> int:
+    from .run import check_recording
+
     host = check_proxy_options(args)
+    redact = tuple(check_recording(args))  # `--record DIR`, `--redact-env NAME`: usage first
     api_key = _read_secret(args.api_key_env, "API key") if args.api_key_env else None
     token = _read_secret(args.client_token_env, "client token") if args.client_token_env else None
-    return asyncio.run(_serve(args, host, api_key, token))
+    return asyncio.run(_serve(args, host, api_key, token, redact))
 
 
 def _quiet_aiohttp() -> None:
@@ -110,8 +113,13 @@ def _quiet_aiohttp() -> None:
 
 
 async def _serve(
-    args: argparse.Namespace, host: str, api_key: str | None, token: str | None
+    args: argparse.Namespace,
+    host: str,
+    api_key: str | None,
+    token: str | None,
+    secrets: tuple[str, ...] = (),
 ) -> int:
+    from ..cassette.format import CassetteError
     from ..credentials import Redactor
     from ..display import visible
     from ..proxy import GatingOptions
@@ -133,6 +141,8 @@ async def _serve(
         api_key=api_key,
         client_token=token,
         max_streams=args.max_streams,
+        record=getattr(args, "record", None),
+        redact=secrets,
     )
     _quiet_aiohttp()
     failed: list[OSError] = []
@@ -172,6 +182,8 @@ async def _serve(
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             raise UsageError(f"cannot listen on {host}:{args.port}: {reason}") from None
+        except CassetteError as exc:  # the --record folder went away since it was checked
+            raise UsageError(str(exc)) from None
         try:
             upstream = one_line(args.upstream)
             if args.json:
@@ -188,4 +200,18 @@ async def _serve(
     served = running.requests
     plural = "" if served == 1 else "s"
     print(f"lockgate proxy: stopped after {served} request{plural}", file=sys.stderr)
+    recorder = running.recorder
+    if recorder is not None:
+        count = len(recorder.saved)
+        where = one_line(str(recorder.folder))
+        if recorder.errors:
+            lost = len(recorder.errors)
+            print(
+                f"lockgate proxy: {lost} cassette{'' if lost == 1 else 's'} could not be "
+                f"written ({one_line(redact(recorder.errors[0]))}); {count} recorded in {where}",
+                file=sys.stderr,
+            )
+            return EXIT_OUTPUT
+        plural = "" if count == 1 else "s"
+        print(f"lockgate proxy: recorded {count} cassette{plural} in {where}", file=sys.stderr)
     return EXIT_OK

@@ -10,14 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from .. import defaults
 from . import process
-from .args import base_url, given_provider_options
-from .codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, UsageError
+from .args import base_url, given_provider_options, one_line
+from .codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, UsageError
 from .output import observer, print_outcome
 from .process import read_api_key, temporary_directory
 
 if TYPE_CHECKING:
+    from ..cassette.recorder import CassetteRecorder, RecordingTransport
+    from ..credentials import Redactor
     from ..providers.base import Provider
     from ..retry import RetryPolicy
+    from ..transport import Transport
 
 
 def check_run_options(provider: Provider, args: argparse.Namespace) -> Any:
@@ -29,7 +32,35 @@ def check_run_options(provider: Provider, args: argparse.Namespace) -> Any:
     if args.recovery_budget is not None and not args.recover:
         raise UsageError("--recovery-budget needs --recover")
     _check_base_url_variable(provider, args)
+    check_recording(args)
     return options
+
+
+def check_recording(args: argparse.Namespace) -> list[str]:
+    """`--record DIR` (an existing, writable folder) and the values of `--redact-env`
+    (each variable set and not empty; `--redact-env` needs `--record`): the extra secrets
+    to redact from cassettes. Usage errors before anything is read or sent."""
+    names: list[str] = list(getattr(args, "redact_env", None) or [])
+    folder = getattr(args, "record", None)
+    if folder is None:
+        if names:
+            raise UsageError("--redact-env needs --record")
+        return []
+    from ..cassette.format import CassetteError
+    from ..cassette.recorder import check_folder
+
+    try:
+        check_folder(folder)
+    except CassetteError as exc:
+        raise UsageError(str(exc)) from None
+    values: list[str] = []
+    for name in names:
+        value = os.environ.get(name)
+        if not value:
+            raise UsageError(f"--redact-env {name}: the variable is not set or empty")
+        values.append(value)
+    process.SECRETS.extend(v for v in values if v not in process.SECRETS)
+    return values
 
 
 def provider_options(provider: Provider, args: argparse.Namespace) -> Any:
@@ -94,7 +125,7 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
     from ..transport import TransportOptions
 
     retry = retry_policy(args)
-    redact = Redactor([api_key])
+    redact = Redactor([api_key, *check_recording(args)])  # `--redact-env` values too
     meter = UsageMeter()
     display = observer(args.json, redact)
     events = fan_out(meter, display)
@@ -111,6 +142,11 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
     transport = provider.make_transport(
         TransportOptions(api_key=api_key, base_url=args.base_url, backend=args.http_client)
     )
+    recorder = None
+    if args.record is not None:
+        recording, recorder = _recording(args, provider, transport, api_key)
+        transport = recording
+        events = fan_out(meter, recording.observe, display)
     # The SDKs leave a few hundred thousand long-lived objects behind their imports: move
     # them out of the collector's way, so that a full collection never stalls a stream.
     gc.freeze()
@@ -143,6 +179,46 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
         finally:
             await client.aclose()
         print_outcome(outcome, meter.usage, display, redact)
+    if recorder is not None and not _recorded(recorder, redact):
+        return EXIT_OUTPUT
     if outcome.outcome == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
+
+
+def _recording(
+    args: argparse.Namespace, provider: Provider, transport: Transport, api_key: str
+) -> tuple[RecordingTransport, CassetteRecorder]:
+    """The provider's transport wrapped to record every exchange into `--record DIR`."""
+    from ..cassette.format import CassetteError
+    from ..cassette.recorder import CassetteRecorder, RecordingTransport
+
+    secrets = [api_key, *check_recording(args)]
+    try:
+        recorder = CassetteRecorder(args.record, secrets=secrets)
+    except CassetteError as exc:
+        raise UsageError(str(exc)) from None
+    base = args.base_url or os.environ.get(provider.base_url_variable) or provider.base_url_hint
+    recording = RecordingTransport(transport, recorder, protocol=provider.name, base_url=base)
+    return recording, recorder
+
+
+def _recorded(recorder: CassetteRecorder, redact: Redactor) -> bool:
+    """Say on stderr what was recorded; False (exit 74) when a cassette could not be
+    written."""
+    import sys
+
+    count = len(recorder.saved)
+    plural = "" if count == 1 else "s"
+    folder = one_line(str(recorder.folder))
+    if recorder.errors:
+        reason = one_line(redact(recorder.errors[0]))
+        failed = len(recorder.errors)
+        print(
+            f"lockgate: {failed} cassette{'' if failed == 1 else 's'} could not be written "
+            f"({reason}); {count} recorded in {folder}",
+            file=sys.stderr,
+        )
+        return False
+    print(f"lockgate: recorded {count} cassette{plural} in {folder}", file=sys.stderr)
+    return True

@@ -4,11 +4,47 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from . import process
 from .args import one_line, provider_names
 from .codes import EXIT_OK, UsageError
 from .lab import list_scenarios, scenario_named
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..cassette.serving import Exchange
+    from ..scripted.script import Turn
+
+
+def _cassette_exchanges(args: argparse.Namespace, target: Path) -> list[Exchange]:
+    """`--cassette` with its `--fault`s: the exchanges to serve; UsageError (one line) for a
+    cassette that cannot be read, protocols mixed, or a fault that does not fit."""
+    from ..cassette.format import CassetteError, load_all
+    from ..cassette.serving import exchanges, parse_fault_option, protocol_of
+
+    try:
+        options = [parse_fault_option(spec) for spec in args.fault]
+    except ValueError as exc:
+        raise UsageError(f"invalid --fault: {one_line(str(exc))}") from None
+    try:
+        cassettes = load_all(target)
+    except CassetteError as exc:
+        raise UsageError(f"invalid cassette: {one_line(str(exc))}") from None
+    try:
+        protocol = protocol_of(cassettes)
+    except ValueError as exc:
+        raise UsageError(f"{one_line(str(target))}: {exc}") from None
+    if protocol not in provider_names():
+        raise UsageError(f"invalid cassette {one_line(str(target))}: unknown protocol {protocol!r}")
+    if args.provider is not None and args.provider != protocol:
+        raise UsageError(f"the cassettes speak {protocol}, not --provider {args.provider}")
+    try:
+        return exchanges(cassettes, options, timing=args.timing)
+    except ValueError as exc:
+        raise UsageError(f"invalid --fault: {one_line(str(exc))}") from None
 
 
 async def serve(args: argparse.Namespace) -> int:
@@ -22,7 +58,29 @@ async def serve(args: argparse.Namespace) -> int:
         return list_scenarios([provider], args.json)
     if args.json:
         raise UsageError("--json only goes with --list here (serve logs plain lines)")
-    if args.script is not None:
+    cassette_target = getattr(args, "cassette", None)
+    if cassette_target is None:
+        for flag, value, default in (
+            ("--fault", args.fault, []),
+            ("--timing", args.timing, "fast"),
+            ("--match", args.match, "order"),
+        ):
+            if value != default:
+                raise UsageError(f"{flag} only goes with --cassette")
+    select: Callable[[Any], Turn | None] | None = None
+    if cassette_target is not None:
+        served = _cassette_exchanges(args, cassette_target)
+        provider = served[0].cassette.protocol
+        turns = [exchange.turn for exchange in served]
+        name = one_line(str(cassette_target))
+        if args.match == "request":
+            from ..cassette.serving import RequestMatcher
+
+            select = RequestMatcher(served)
+        if args.fault:
+            for exchange in served:
+                print(f"lockgate serve: {one_line(exchange.describe())}", file=sys.stderr)
+    elif args.script is not None:
         try:
             with args.script.open("rb") as handle:
                 raw = handle.read(MAX_SCRIPT_BYTES + 1)
@@ -60,7 +118,9 @@ async def serve(args: argparse.Namespace) -> int:
 
     with process.interrupt_signal() as interrupted:
         try:
-            context = serve_script(turns, args.host, args.port, provider=provider, log=log)
+            context = serve_script(
+                turns, args.host, args.port, provider=provider, log=log, select=select
+            )
             server = await context.__aenter__()
         except OSError as exc:
             raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None

@@ -8,7 +8,9 @@ never end). A request that does not ask for a stream gets the protocol's JSON re
 the same reply, with the same fault (`script.json_answer`: a fault stays a fault). Any other
 method or path is answered 404/405, logged, and consumes no turn; so is a request that is not
 well-formed HTTP/1.1 with a JSON object body (400, logged). A script that runs out answers 400
-with `x-should-retry: false`, which no SDK retries. It records what each request carried
+with `x-should-retry: false`, which no SDK retries. A playback turn (a recorded exchange,
+`cassette.faults.playback`) is sent as recorded: its status, its headers, its reads as
+chunks, its pauses, resets and hangs. It records what each request carried
 (never the credential itself) and whether the client closed early.
 """
 
@@ -35,6 +37,10 @@ from ..scripted.script import Hang, Pause, Reset, Turn, body_actions, json_answe
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 MAX_REQUEST_DEPTH = 64  # JSON nesting of a request body
+# A playback's headers the server never repeats: it frames the body itself.
+_FRAMING_HEADERS = frozenset(
+    {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
+)
 
 
 class BadRequest(Exception):
@@ -70,6 +76,9 @@ class ScriptedServer:
     _settled: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     log: Callable[[str], None] | None = None  # one line per request that consumes no turn
+    # Instead of the next turn in order: the turn for this request (None: none matches,
+    # answered 404 and logged, no turn consumed).
+    select: Callable[[RecordedRequest], Turn | None] | None = None
 
     @property
     def stray_requests(self) -> list[RecordedRequest]:
@@ -162,7 +171,28 @@ class ScriptedServer:
                     writer, 400, self.protocol.error_body(invalid), {"x-should-retry": "false"}
                 )
                 return
-            turn = self.turns.pop(0) if self.turns else None
+            if self.select is not None:
+                turn = self.select(request)
+                if turn is None:
+                    request.consumed_turn = False
+                    request.outcome = "HTTP 404 (no turn matches this request)"
+                    if self.log is not None:
+                        self.log(
+                            f"{request.method} {request.path}: no unused turn matches this "
+                            "request body; answered 404 (no turn consumed)"
+                        )
+                    unmatched = OpeningError(
+                        404, "invalid", "no recorded exchange matches this request; not retryable"
+                    )
+                    await _send_json(
+                        writer,
+                        404,
+                        self.protocol.error_body(unmatched),
+                        {"x-should-retry": "false"},
+                    )
+                    return
+            else:
+                turn = self.turns.pop(0) if self.turns else None
             if turn is None:
                 request.outcome = "HTTP 400 (script exhausted)"
                 exhausted = OpeningError(
@@ -176,7 +206,14 @@ class ScriptedServer:
                 return
             self.answered += 1
             error = turn.opening_error(self.protocol)
-            if turn.connection_error:
+            if turn.playback is not None:
+                request.outcome = "playback" if turn.status == 200 else f"HTTP {turn.status}"
+                finished = await self._play(reader, writer, turn, request.timeline)
+                request.client_closed_early = not finished
+                request.timeline.append(
+                    (time.monotonic(), "finished" if finished else "client closed")
+                )
+            elif turn.connection_error:
                 request.outcome = "dropped"
                 _reset(writer)
             elif error is not None:
@@ -268,12 +305,42 @@ class ScriptedServer:
         for name, value in turn.headers.items():
             head += f"{name}: {value}\r\n".encode()
         writer.write(head + b"\r\n")
+        return await self._send_chunked(reader, writer, turn, timeline)
+
+    async def _play(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        turn: Turn,
+        timeline: list[tuple[float, str]],
+    ) -> bool:
+        """A playback turn: its status and headers as recorded (the body's framing ones
+        left out: every playback body is sent chunked, one chunk per recorded read, so its
+        read boundaries survive and no length is announced that a fault would make wrong),
+        then its steps exactly."""
+        head = _status_line(turn.status)
+        for name, value in turn.raw_headers:
+            if name.lower() not in _FRAMING_HEADERS:
+                head += f"{name}: {value}\r\n".encode()
+        writer.write(head + b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+        return await self._send_chunked(reader, writer, turn, timeline)
+
+    async def _send_chunked(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        turn: Turn,
+        timeline: list[tuple[float, str]],
+    ) -> bool:
+        """The turn's body actions as chunks; False if the client left before the end."""
         client_gone = asyncio.ensure_future(reader.read())  # EOF: the client closed
         try:
             for action in body_actions(turn, self.protocol):
                 if client_gone.done():
                     return False
                 if isinstance(action, bytes):
+                    if not action:
+                        continue  # an empty chunk would end the body
                     writer.write(b"%x\r\n%s\r\n" % (len(action), action))
                     await writer.drain()
                 elif isinstance(action, Pause):
@@ -420,13 +487,16 @@ async def serve_script(
     *,
     provider: str | None = None,
     log: Callable[[str], None] | None = None,
+    select: Callable[[RecordedRequest], Turn | None] | None = None,
 ) -> AsyncIterator[ScriptedServer]:
     """Run a scripted server speaking `provider`'s protocol on loopback for the duration of
-    the block."""
+    the block (`select`: see `ScriptedServer.select`)."""
     from ..providers import provider as registry_entry
 
     address = check_loopback(host)
-    state = ScriptedServer(address, port, list(turns), registry_entry(provider).render(), log=log)
+    state = ScriptedServer(
+        address, port, list(turns), registry_entry(provider).render(), log=log, select=select
+    )
     server = await asyncio.start_server(state.handle, address, port)
     state.port = server.sockets[0].getsockname()[1]
     try:
@@ -455,6 +525,8 @@ class ServerThread:
         port: int = 0,
         *,
         provider: str | None = None,
+        log: Callable[[str], None] | None = None,
+        select: Callable[[RecordedRequest], Turn | None] | None = None,
     ) -> None:
         check_loopback(host)
         self._ready = threading.Event()
@@ -465,7 +537,8 @@ class ServerThread:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            async with serve_script(turns, host, port, provider=provider) as server:
+            context = serve_script(turns, host, port, provider=provider, log=log, select=select)
+            async with context as server:
                 self.server = server
                 self._ready.set()
                 await self._stop.wait()

@@ -52,6 +52,7 @@ import os
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -59,6 +60,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from ..cassette.format import Verdict
+from ..cassette.recorder import CassetteRecorder, Exchange
 from ..credentials import Redactor, api_key_problem
 from ..gateway import Gateway, Refusal
 from ..http import describe
@@ -160,6 +163,10 @@ class ProxyConfig:
     max_streams: int = DEFAULT_MAX_STREAMS
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     grace_seconds: float = 10.0
+    # Recording (`--record DIR`): every protocol exchange becomes a cassette in `record`,
+    # the key, the client token, the client's credentials and each `redact` value redacted.
+    record: Path | None = None
+    redact: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         problem = upstream_problem(self.upstream)
@@ -212,6 +219,11 @@ class RunningProxy:
     def active(self) -> int:
         return self._state.active
 
+    @property
+    def recorder(self) -> CassetteRecorder | None:
+        """Where exchanges are recorded (`ProxyConfig.record`), or None."""
+        return self._state.recorder
+
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting (new connections; a request on an open one gets 503), let the
         requests in flight end within `grace` seconds (default: the config's), then cut the
@@ -241,11 +253,15 @@ class _Body:
     returns the connection to the pool when the body was read to its end, else closes
     it."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange | None = None) -> None:
         self._response = response
+        self._exchange = exchange
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._response.content.iter_any():
+        chunks: AsyncIterator[bytes] = self._response.content.iter_any()
+        if self._exchange is not None:
+            chunks = self._exchange.tap(chunks)
+        async for chunk in chunks:
             yield chunk
 
     async def aclose(self) -> None:
@@ -271,6 +287,8 @@ class _Note:
     withheld: int = 0
     reason: str | None = None
     status: int = 0
+    exchange: Exchange | None = None  # the exchange being recorded (`--record`)
+    verdict: Verdict | None = None  # what the gate decided, for the recording
 
 
 class _Proxy:
@@ -287,6 +305,14 @@ class _Proxy:
         self.stopping = False
         self.base = config.upstream.rstrip("/")
         self.token = config.client_token.encode() if config.client_token else None
+        self.recorder = (
+            CassetteRecorder(
+                config.record,
+                secrets=[s for s in (config.api_key, config.client_token, *config.redact) if s],
+            )
+            if config.record is not None
+            else None
+        )
 
     # --- the application ---------------------------------------------------------------
 
@@ -461,6 +487,16 @@ class _Proxy:
             if isinstance(exc, asyncio.CancelledError):  # pragma: no cover
                 raise
             return self._unreachable(note, entry, gateway, request, exc)
+        if self.recorder is not None and entry is not None:
+            note.exchange = self.recorder.exchange(
+                entry.name,
+                self.config.upstream,
+                request.method,
+                note.path,
+                parsed,
+                secrets=_client_credentials(request),
+            )
+            note.exchange.head(upstream.status, forwarded_headers(upstream.headers).items())
         try:
             status = upstream.status
             headers = forwarded_headers(upstream.headers)
@@ -481,6 +517,9 @@ class _Proxy:
             return await self._whole(entry, gateway, parsed, upstream, headers, note)
         finally:
             _finish(upstream)
+            if note.exchange is not None:
+                note.exchange.decide(note.verdict)
+                note.exchange.finish()
 
     def _unreachable(
         self,
@@ -508,6 +547,7 @@ class _Proxy:
         text = f"lockgate refused the response: {kind}: {reason}"
         refusal = Refusal(kind, text, False, 0)
         note.outcome = "refused"
+        note.verdict = Verdict("refused", kind, 0)
         note.status = 502
         note.reason = f"{kind}: {reason}"
         return web.Response(
@@ -528,7 +568,9 @@ class _Proxy:
         response = web.StreamResponse(status=status, headers=headers)
         await response.prepare(request)
         pieces: AsyncIterator[bytes] = (
-            aiter(capped_body(_Body(upstream))) if capped else aiter(upstream.content.iter_any())
+            aiter(capped_body(_Body(upstream, note.exchange)))
+            if capped
+            else aiter(upstream.content.iter_any())
         )
         try:
             async for piece in pieces:
@@ -563,7 +605,7 @@ class _Proxy:
             stream = GatingStream(
                 entry,
                 parsed,
-                _Body(upstream),
+                _Body(upstream, note.exchange),
                 self.config.gating,
                 redact=self.redact,
                 started_at=note.started,
@@ -605,9 +647,12 @@ class _Proxy:
     ) -> web.Response:
         options = self.config.gating
         data = bytearray()
+        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+        if note.exchange is not None:
+            chunks = note.exchange.tap(chunks)
         try:
             async with asyncio.timeout_at(note.started + options.deadline):
-                async for chunk in upstream.content.iter_any():
+                async for chunk in chunks:
                     data += chunk
                     if len(data) > MAX_WHOLE_BYTES:
                         break  # judged as too large
@@ -630,7 +675,10 @@ class _Proxy:
         note.status = verdict.status
         if isinstance(verdict.outcome, Refused):
             return web.Response(
-                status=verdict.status, body=verdict.body, content_type="application/json"
+                status=verdict.status,
+                body=verdict.body,
+                content_type="application/json",
+                headers=dict(verdict.headers),
             )
         return web.Response(status=verdict.status, body=verdict.body, headers=headers)
 
@@ -639,6 +687,7 @@ class _Proxy:
     ) -> web.Response:
         text = f"lockgate refused the response: {kind}: {self.redact(reason)}"
         note.outcome = "refused"
+        note.verdict = Verdict("refused", kind, 0)
         note.status = 502
         note.reason = f"{kind}: {reason}"
         return web.Response(
@@ -656,8 +705,10 @@ def _gateway(entry: Provider) -> Gateway:
 def _note_outcome(note: _Note, outcome: Accepted | Refused | None) -> None:
     if isinstance(outcome, Accepted):
         note.outcome = "passed"
+        note.verdict = Verdict("accepted", None, len(outcome.decision.message.tool_calls))
     elif isinstance(outcome, Refused):
         refusal = outcome.refusal
+        note.verdict = Verdict("refused", refusal.kind, refusal.withheld)
         note.withheld = refusal.withheld
         note.outcome = "withheld" if refusal.withheld else "refused"
         message = refusal.message
@@ -665,6 +716,20 @@ def _note_outcome(note: _Note, outcome: Accepted | Refused | None) -> None:
         note.reason = rest if colon and message.startswith("lockgate ") else message
     elif note.outcome not in ("abandoned", "error"):
         note.outcome = "abandoned"
+
+
+def _client_credentials(request: web.Request) -> list[str]:
+    """The credentials a client sent (its key, a token, cookies, a `key` query parameter):
+    redacted from the exchange's cassette, as the held key is."""
+    values: list[str] = []
+    for name in (*_CREDENTIALS, TOKEN_HEADER, "proxy-authorization", "cookie"):
+        for value in request.headers.getall(name, []):
+            values.append(value)
+            scheme, _, rest = value.partition(" ")
+            if rest.strip() and scheme.isalpha():
+                values.append(rest.strip())  # `Bearer KEY`: the key alone too
+    values.extend(request.rel_url.query.getall("key", []))
+    return values
 
 
 def _abort(request: web.Request) -> None:

@@ -100,7 +100,10 @@ class Faults:
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One request's scripted answer: a reply (rendered by the protocol) or native events
-    to stream, or an opening failure (`status` with `body`, or `connection_error`)."""
+    to stream, or an opening failure (`status` with `body`, or `connection_error`), or a
+    raw playback (a recorded exchange, `cassette.faults.playback`): `status`, the headers
+    `raw_headers` in order and the body's bytes and socket actions `playback`, sent as they
+    are whatever the request asked."""
 
     events: tuple[Frame, ...] = ()
     status: int = 200
@@ -110,11 +113,23 @@ class Turn:
     faults: Faults = field(default_factory=Faults)
     reply: Reply | None = None
     error: OpeningError | None = None  # a neutral opening error (the protocol writes it)
+    playback: tuple[Action, ...] | None = None  # a raw body, sent exactly (see above)
+    raw_headers: tuple[tuple[str, str], ...] = ()  # a playback's headers (no framing ones)
 
     def opening_error(
         self, protocol: Renderer
     ) -> tuple[int, Mapping[str, Any], dict[str, str]] | None:
         """(status, native body, headers) when this turn fails the opening with a status."""
+        if self.playback is not None:
+            if 200 <= self.status < 300:
+                return None
+            raw = b"".join(step for step in self.playback if isinstance(step, bytes))
+            try:
+                parsed = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                parsed = {}
+            body = parsed if isinstance(parsed, dict) else {}
+            return self.status, body, {name.lower(): value for name, value in self.raw_headers}
         headers = dict(self.headers)
         if self.error is not None:
             if self.error.reset_seconds is not None:
@@ -177,7 +192,11 @@ def _line_ends(payload: bytes, style: str) -> bytes:
 
 
 def body_actions(turn: Turn, protocol: Renderer) -> Iterator[Action]:
-    """The bytes and socket actions of a streaming turn's body, in order."""
+    """The bytes and socket actions of a streaming turn's body, in order (a playback
+    turn's, as they are)."""
+    if turn.playback is not None:
+        yield from turn.playback
+        return
     faults = turn.faults
     drip = Pause(faults.drip_ms / 1000) if faults.drip_ms else None
 
