@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from lockgate.lab.scenarios import SCENARIOS
 from lockgate.providers import PROVIDERS
@@ -88,3 +89,25 @@ def test_the_transport_example_runs_as_written() -> None:
         )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Hello.\n"
+
+
+def test_the_pytest_example_runs_as_written(tmp_path: Path) -> None:
+    from lockgate.cassette.format import save
+
+    from .cassette.recorded import recorded
+
+    code = README.split("```python pytest-example\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "tests" / "cassettes").mkdir(parents=True)
+    save(recorded("chat"), tmp_path / "tests" / "cassettes" / "edit.cassette.jsonl")
+    (tmp_path / "test_example.py").write_text(code, encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_example.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
