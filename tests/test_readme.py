@@ -42,15 +42,16 @@ def test_every_registered_provider_is_documented() -> None:
         assert entry.default_model in README
 
 
-def test_the_library_example_runs_as_written() -> None:
-    code = README.split("## Using the library\n\n```python\n", 1)[1].split("```", 1)[0]
-    with ServerThread([text_turn("chatcmpl-readme", "Hello.")], provider="chat") as running:
+def _run_against_chat(code: str, reply_id: str) -> subprocess.CompletedProcess[str]:
+    """Run a README example with OPENAI_BASE_URL at a scripted Chat server answering one
+    text turn (`Hello.`)."""
+    with ServerThread([text_turn(reply_id, "Hello.")], provider="chat") as running:
         environment = {
             **os.environ,
             "OPENAI_API_KEY": "sk-readme-example",
             "OPENAI_BASE_URL": running.base_url,
         }
-        result = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
             text=True,
@@ -58,6 +59,11 @@ def test_the_library_example_runs_as_written() -> None:
             timeout=60,
             check=False,
         )
+
+
+def test_the_library_example_runs_as_written() -> None:
+    code = README.split("## Using the library\n\n```python\n", 1)[1].split("```", 1)[0]
+    result = _run_against_chat(code, "chatcmpl-readme")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("()")  # a text answer: no tool calls
     assert "DecisionReady" in result.stdout
@@ -73,20 +79,7 @@ def test_readme_script_example_is_a_valid_script() -> None:
 
 def test_the_transport_example_runs_as_written() -> None:
     code = README.split("```python gated\n", 1)[1].split("```", 1)[0]
-    with ServerThread([text_turn("chatcmpl-gated", "Hello.")], provider="chat") as running:
-        environment = {
-            **os.environ,
-            "OPENAI_API_KEY": "sk-readme-example",
-            "OPENAI_BASE_URL": running.base_url,
-        }
-        result = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
-            check=False,
-        )
+    result = _run_against_chat(code, "chatcmpl-gated")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Hello.\n"
 

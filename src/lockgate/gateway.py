@@ -16,7 +16,7 @@ schema: the provider's API has the last word on both), for every gateway alike.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -24,7 +24,22 @@ from .codec import StreamDecoder
 from .conversation import ToolSpec
 from .sse import ServerSentEvent
 
-__all__ = ["DeclaredTool", "Gateway", "Refusal", "declared_tool"]
+__all__ = ["HOP_BY_HOP", "DeclaredTool", "Gateway", "Refusal", "declared_tool", "declared_tools"]
+
+# Hop-by-hop headers (RFC 9110 §7.6.1): never passed on by the proxy, either way.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +161,25 @@ def declared_tool(
         assert isinstance(schema, Mapping)
         return DeclaredTool(name, text, dict(schema))
     return DeclaredTool(name, text, _permissive(schema))
+
+
+def declared_tools(
+    request: Mapping[str, Any],
+    fields: Callable[[dict[str, Any]], tuple[object, object, object] | None],
+    *,
+    validate_schemas: bool,
+) -> tuple[ToolSpec, ...]:
+    """The `ToolSpec`s of a request's `tools` list: `fields` gives a declared tool's (name,
+    description, schema) in its protocol's shape, or None for one that is not a function
+    tool of the client's (a provider's own tool)."""
+    declared = request.get("tools")
+    if not isinstance(declared, list):
+        return ()
+    found = (
+        declared_tool(*picked, validate_schemas=validate_schemas)
+        for tool in declared
+        if isinstance(tool, dict)
+        for picked in [fields(tool)]
+        if picked is not None
+    )
+    return tuple(tool for tool in found if tool is not None)

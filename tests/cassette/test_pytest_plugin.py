@@ -14,6 +14,9 @@ from lockgate.cassette.format import save
 
 from .recorded import recorded
 
+# In a subprocess, not in-process: pytester restores `sys.modules` after an in-process run,
+# and a module first imported inside it (httpcore2, which httpx2 imports lazily) would come
+# back later as new classes that httpx2's cached exception map no longer knows.
 pytest_plugins = ["pytester"]
 
 EXAMPLE = """
@@ -65,7 +68,7 @@ def test_the_fixture_serves_a_cassette_to_the_sdk_and_the_gate(pytester: pytest.
     (pytester.path / "tests" / "cassettes").mkdir(parents=True)
     save(recorded("chat"), pytester.path / "tests" / "cassettes" / "edit.cassette.jsonl")
     pytester.makepyfile(test_example=EXAMPLE)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(passed=2)
 
 
@@ -75,7 +78,7 @@ def test_a_bad_cassette_fails_the_test_in_one_line(pytester: pytest.Pytester) ->
     pytester.makepyfile(
         test_bad="def test_it(lockgate_cassette):\n    lockgate_cassette('broken.cassette.jsonl')\n"
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*lockgate_cassette: *broken.cassette.jsonl:1: not a JSON line"])
     assert "Traceback" not in result.stdout.str()

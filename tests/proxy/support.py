@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import selectors
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,6 +14,7 @@ import anthropic
 import httpx2
 import openai
 
+from lockgate.cassette.judge import VirtualTimeLoop
 from lockgate.client import StreamingModelClient
 from lockgate.conversation import Message
 from lockgate.errors import OpenFailure, ResponseFailure, StreamInterrupted
@@ -40,35 +39,6 @@ HISTORY = (Message("system", "You fix bugs."), Message("user", "Fix the bug in a
 
 
 # --- virtual time ---------------------------------------------------------------------------
-
-
-class _SkippingSelector(selectors.DefaultSelector):
-    """Never sleeps: a wait for a timer moves the loop's clock to it instead."""
-
-    def __init__(self, loop: VirtualTimeLoop) -> None:
-        super().__init__()
-        self._loop = loop
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None:  # no timer at all: only I/O can wake the loop
-            return super().select(None)
-        ready = super().select(0)
-        if not ready and timeout > 0:
-            self._loop.skipped += timeout
-        return ready
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock runs with the wall clock while it works and jumps over
-    every wait for a timer: a 30 s stall takes no time, and a timer never fires early or
-    late because the machine is busy."""
-
-    def __init__(self) -> None:
-        self.skipped = 0.0
-        super().__init__(_SkippingSelector(self))
-
-    def time(self) -> float:
-        return time.monotonic() + self.skipped
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -73,7 +73,7 @@ from ..events import (
     ignore_event,
 )
 from ..gate import Decision, GateLimits, ResponseGate
-from ..gateway import Gateway, Refusal
+from ..gateway import HOP_BY_HOP, Gateway, Refusal
 from ..http import ERROR_BODY_CAP_BYTES, describe
 from ..jsonlimits import parse_event
 from ..providers.base import Provider
@@ -641,22 +641,11 @@ async def capped_body(
                 break
 
 
-# Hop-by-hop headers (RFC 9110 §7.6.1) and those a proxy's body changes.
-_NOT_FORWARDED = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",  # a gated or capped body has another length
-        "content-encoding",  # the engine reads and sends decoded bytes
-    }
-)
+# Hop-by-hop headers and those a proxy's body changes.
+_NOT_FORWARDED = HOP_BY_HOP | {
+    "content-length",  # a gated or capped body has another length
+    "content-encoding",  # the engine reads and sends decoded bytes
+}
 
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:

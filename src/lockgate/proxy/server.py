@@ -63,7 +63,7 @@ from yarl import URL
 from ..cassette.format import Verdict
 from ..cassette.recorder import CassetteRecorder, Exchange
 from ..credentials import Redactor, api_key_problem
-from ..gateway import Gateway, Refusal
+from ..gateway import HOP_BY_HOP, Gateway, Refusal
 from ..http import describe
 from ..jsonlimits import parse_json
 from ..providers.base import Provider
@@ -111,24 +111,7 @@ Outcome = Literal["passed", "withheld", "refused", "forwarded", "error", "reject
 
 # Request headers never sent upstream: hop-by-hop (RFC 9110 §7.6.1), those aiohttp writes
 # itself (host, length, the encodings it can decode), and the proxy's own token.
-_NOT_SENT = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "accept-encoding",
-        "expect",
-        TOKEN_HEADER,
-    }
-)
+_NOT_SENT = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect", TOKEN_HEADER}
 # The client's credentials, replaced when the proxy holds the key.
 _CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 

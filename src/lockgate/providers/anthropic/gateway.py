@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import Refusal, declared_tool
+from ...gateway import Refusal, declared_tools
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
@@ -50,22 +50,7 @@ class AnthropicGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        declared = request.get("tools")
-        if not isinstance(declared, list):
-            return ()
-        tools = (
-            declared_tool(
-                tool.get("name"),
-                tool.get("description"),
-                tool.get("input_schema"),
-                validate_schemas=validate_schemas,
-            )
-            for tool in declared
-            if isinstance(tool, dict)
-            and tool.get("type") in (None, "custom")
-            and "input_schema" in tool
-        )
-        return tuple(tool for tool in tools if tool is not None)
+        return declared_tools(request, _client_tool, validate_schemas=validate_schemas)
 
     def new_decoder(self) -> AnthropicDecoder:
         return AnthropicDecoder()
@@ -139,6 +124,13 @@ def _error(refusal: Refusal) -> dict[str, Any]:
 def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
     data = compact_json(dict(payload)).encode("utf-8", "backslashreplace")
     return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _client_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:
+    """A client tool's (name, description, input_schema); None for a server tool."""
+    if tool.get("type") not in (None, "custom") or "input_schema" not in tool:
+        return None
+    return tool.get("name"), tool.get("description"), tool.get("input_schema")
 
 
 GATEWAY = AnthropicGateway()

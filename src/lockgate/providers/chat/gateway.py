@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import Refusal, declared_tool
+from ...gateway import Refusal, declared_tools
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
@@ -49,22 +49,7 @@ class ChatGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        declared = request.get("tools")
-        if not isinstance(declared, list):
-            return ()
-        tools = (
-            declared_tool(
-                function.get("name"),
-                function.get("description"),
-                function.get("parameters"),
-                validate_schemas=validate_schemas,
-            )
-            for tool in declared
-            if isinstance(tool, dict) and tool.get("type") == "function"
-            for function in [tool.get("function")]
-            if isinstance(function, dict)
-        )
-        return tuple(tool for tool in tools if tool is not None)
+        return declared_tools(request, _function_tool, validate_schemas=validate_schemas)
 
     def new_decoder(self) -> ChatDecoder:
         return ChatDecoder()
@@ -155,6 +140,14 @@ def _as_chunk_choice(choice: object) -> object:
     elif message is not None:
         converted["delta"] = message
     return converted
+
+
+def _function_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:
+    """A function tool's (name, description, parameters), from its nested `function`."""
+    function = tool.get("function")
+    if tool.get("type") != "function" or not isinstance(function, dict):
+        return None
+    return function.get("name"), function.get("description"), function.get("parameters")
 
 
 GATEWAY = ChatGateway()

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import Refusal, declared_tool
+from ...gateway import Refusal, declared_tools
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
@@ -65,20 +65,7 @@ class ResponsesGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        declared = request.get("tools")
-        if not isinstance(declared, list):
-            return ()
-        tools = (
-            declared_tool(
-                tool.get("name"),
-                tool.get("description"),
-                tool.get("parameters"),
-                validate_schemas=validate_schemas,
-            )
-            for tool in declared
-            if isinstance(tool, dict) and tool.get("type") == "function"
-        )
-        return tuple(tool for tool in tools if tool is not None)
+        return declared_tools(request, _function_tool, validate_schemas=validate_schemas)
 
     def new_decoder(self) -> ResponsesDecoder:
         return ResponsesDecoder()
@@ -151,6 +138,13 @@ def _sequence_number(event: ServerSentEvent | None) -> int | None:
     payload = _payload(event)
     number = None if payload is None else payload.get("sequence_number")
     return number if type(number) is int and number >= 0 else None
+
+
+def _function_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:
+    """A flat function tool's (name, description, parameters); None for a built-in tool."""
+    if tool.get("type") != "function":
+        return None
+    return tool.get("name"), tool.get("description"), tool.get("parameters")
 
 
 GATEWAY = ResponsesGateway()
