@@ -80,8 +80,15 @@ class Gateway(Protocol):
         on, beyond what the normalized events show: an action (a provider-executed tool, an
         output item that asks the client for an action, a call in a form the decoder does
         not read) or the protocol's finish (a client must not see a response finish that
-        lockgate then refuses). Called for every event until the hold: it must be cheap for
-        the common ones."""
+        lockgate then refuses). Holding early only delays; holding late lets a client see
+        what lockgate may refuse, so what the gateway does not know holds. Called for every
+        event until the hold: it must be cheap for the common ones."""
+        ...
+
+    def unreadable_action(self, event: ServerSentEvent) -> str | None:
+        """Why an event (one the decoder accepted) carries an action the decoder does not
+        read, so that the response must be refused (None: it does not). Called for every
+        event: it must be cheap for the common ones."""
         ...
 
     def is_finish(self, event: ServerSentEvent) -> bool:

@@ -167,6 +167,8 @@ def _only_forced(path: Path) -> cassette_format.Cassette:
         ("interactions: 3\n", r"bad\.yaml: `interactions` is not a list"),
         ("interactions:\n- request: {uri: /x}\n", r"bad\.yaml#0: an interaction needs"),
         ("!!python/object:os.system {}\n", r"bad\.yaml:\d+: not a YAML cassette"),
+        # A "billion laughs": aliases are refused before anything expands.
+        ('a: &x ["lol", "lol"]\nb: &y [*x, *x]\nc: [*y, *y]\n', r"aliases are not read"),
     ],
 )
 def test_bad_yaml_is_one_line_naming_the_file(tmp_path: Path, text: str, reason: str) -> None:

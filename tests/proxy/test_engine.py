@@ -569,3 +569,35 @@ def test_a_failure_inside_the_judgement_is_a_response_failure() -> None:
     assert isinstance(gated.outcome, Refused)
     assert isinstance(gated.outcome.failure, ResponseFailure)
     assert gated.outcome.failure.kind is FailureKind.STREAM_ENDED
+
+
+def test_a_legacy_function_call_is_refused_and_never_reaches_the_client() -> None:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + json.dumps({"id": "c", "choices": [choice]}).encode() + b"\n\n"
+
+    body = [
+        chunk({"role": "assistant", "content": "Cleaning up."}),
+        chunk({"function_call": {"name": "rm_rf", "arguments": "{}"}}),
+        chunk({}, "stop"),
+        b"data: [DONE]\n\n",
+    ]
+    gated = gate("chat", Upstream(body))
+    kind, transient, message = refusal_of(gated)
+    assert (kind, transient) == ("unsupported_output", False)
+    assert "legacy `function_call`" in message
+    assert b"rm_rf" not in gated.output
+    assert gated.output.startswith(body[0])
+
+
+def test_what_a_stream_holds_is_bounded_even_where_the_gate_sees_nothing() -> None:
+    frames = native_frames("responses", edit_reply())
+    before, held = split_at_hold(frames)
+    junk = b'event: response.x\ndata: {"type":"response.x","pad":"' + b"x" * 4000 + b'"}\n\n'
+    body = [*before, held[0], *([junk] * 100), *held[1:]]
+    bounded = gate("responses", Upstream(body), max_held_bytes=100_000)
+    kind, _, message = refusal_of(bounded)
+    assert kind == "bound_exceeded"
+    assert "100000 bytes held" in message
+    assert tool_events(bounded.output) == []
+    assert isinstance(gate("responses", Upstream(body)).outcome, Accepted)  # the default: 64 MiB

@@ -161,7 +161,7 @@ def test_responses_holds_from_every_output_item_but_messages_and_reasoning() -> 
     assert not gateway.begins_hold(_event(None, text))
 
 
-def test_chat_holds_from_the_finish_and_from_a_legacy_function_call() -> None:
+def test_chat_holds_from_the_finish_and_refuses_a_legacy_function_call() -> None:
     gateway = gateway_of("chat")
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> ServerSentEvent:
@@ -172,10 +172,43 @@ def test_chat_holds_from_the_finish_and_from_a_legacy_function_call() -> None:
     assert not gateway.begins_hold(chunk({"content": '"finish_reason": "stop"'}))
     assert gateway.begins_hold(chunk({}, "stop"))
     assert gateway.begins_hold(chunk({}, "tool_calls"))
-    assert gateway.begins_hold(chunk({"function_call": {"name": "f", "arguments": "{}"}}))
-    assert not gateway.begins_hold(chunk({"function_call": None}))
     spaced = ServerSentEvent(None, b'{"choices":[{"finish_reason" : "length"}]}')
     assert gateway.begins_hold(spaced)
+    # A key spelled with escapes is no way around the hold.
+    escaped = ServerSentEvent(None, b'{"choices":[{"finish\\u005freason":"stop"}]}')
+    assert gateway.begins_hold(escaped)
+    assert gateway.is_finish(escaped)
+    # The legacy functions API: refused, however it is spelled.
+    legacy = chunk({"function_call": {"name": "f", "arguments": "{}"}})
+    assert gateway.unreadable_action(legacy) is not None
+    legacy_escaped = ServerSentEvent(
+        None, b'{"choices":[{"delta":{"function\\u005fcall":{"name":"rm_rf"}}}]}'
+    )
+    assert gateway.unreadable_action(legacy_escaped) is not None
+    whole = _event(None, {"choices": [{"message": {"function_call": {"name": "f"}}}]})
+    assert gateway.unreadable_action(whole) is not None
+    assert gateway.unreadable_action(chunk({"function_call": None})) is None
+    assert gateway.unreadable_action(chunk({"content": "function_call"})) is None
+
+
+def test_responses_holds_from_any_event_but_the_previews() -> None:
+    gateway = gateway_of("responses")
+    for name in (
+        "response.function_call_arguments.done",
+        "response.custom_tool_call_input.delta",
+        "response.web_search_call.in_progress",
+        "response.some_future_event",
+        "response.completed",
+    ):
+        assert gateway.begins_hold(_event(name, {"type": name})), name
+        assert gateway.begins_hold(_event(None, {"type": name})), name
+    escaped = ServerSentEvent(
+        None,
+        b'{"type":"response.\\u006futput_item.done","item":{"type":"function_call"}}',
+    )
+    assert gateway.begins_hold(escaped)
+    for name in ("response.created", "response.output_text.delta", "response.refusal.delta"):
+        assert not gateway.begins_hold(_event(name, {"type": name})), name
 
 
 def test_anthropic_holds_from_action_blocks_and_the_message_delta() -> None:
@@ -191,6 +224,9 @@ def test_anthropic_holds_from_action_blocks_and_the_message_delta() -> None:
         assert not gateway.begins_hold(start(kind))
     assert gateway.begins_hold(_event("message_delta", {"type": "message_delta"}))
     assert not gateway.begins_hold(_event("ping", {"type": "ping"}))
+    # Any event it does not know, and an unnamed frame, hold too.
+    assert gateway.begins_hold(_event("some_future_event", {"type": "some_future_event"}))
+    assert gateway.begins_hold(_event(None, {"type": "content_block_delta"}))
     assert gateway.is_keepalive(_event("ping", {"type": "ping"}))
     assert not gateway.is_keepalive(_event("message_stop", {"type": "message_stop"}))
 

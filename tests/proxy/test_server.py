@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -536,6 +537,8 @@ def test_the_gunicorn_factory_reads_its_config_from_the_environment() -> None:
             "LOCKGATE_UPSTREAM": "https://api.example",
             "LOCKGATE_API_KEY_ENV": "MY_KEY",
             "MY_KEY": HELD_KEY,
+            "LOCKGATE_CLIENT_TOKEN_ENV": "MY_TOKEN",
+            "MY_TOKEN": "client-token-5678",
             "LOCKGATE_HOLD": "terminal",
             "LOCKGATE_IDLE_TIMEOUT": "5",
             "LOCKGATE_MAX_STREAMS": "8",
@@ -552,6 +555,11 @@ def test_the_gunicorn_factory_reads_its_config_from_the_environment() -> None:
     with pytest.raises(ValueError, match="MY_KEY"):
         config_from_environment(
             {"LOCKGATE_UPSTREAM": "https://a.b", "LOCKGATE_API_KEY_ENV": "MY_KEY"}
+        )
+    # A held key without a client token: an open relay wherever gunicorn binds.
+    with pytest.raises(ValueError, match="needs LOCKGATE_CLIENT_TOKEN_ENV"):
+        config_from_environment(
+            {"LOCKGATE_UPSTREAM": "https://a.b", "LOCKGATE_API_KEY_ENV": "K", "K": HELD_KEY}
         )
 
 
@@ -575,6 +583,62 @@ async def test_the_gunicorn_factory_builds_the_application(
     from lockgate.proxy.server import app_factory
 
     monkeypatch.setenv("LOCKGATE_UPSTREAM", "https://api.example")
+    monkeypatch.setenv("LOCKGATE_API_KEY_ENV", "FACTORY_KEY")
+    monkeypatch.setenv("FACTORY_KEY", HELD_KEY)
+    monkeypatch.setenv("LOCKGATE_CLIENT_TOKEN_ENV", "FACTORY_TOKEN")
+    monkeypatch.setenv("FACTORY_TOKEN", "client-token-5678")
     app = await app_factory()
     assert isinstance(app, web.Application)
     assert app._client_max_size == DEFAULT_MAX_REQUEST_BYTES
+    # The secrets are read once and leave the environment.
+    assert "FACTORY_KEY" not in os.environ
+    assert "FACTORY_TOKEN" not in os.environ
+
+
+async def test_a_browser_request_may_not_spend_the_held_key() -> None:
+    async with (
+        own_upstream() as (base, seen),
+        proxy_to(base, api_key=HELD_KEY, client_token=TOKEN) as proxied,
+    ):
+        url = proxied.proxy.url + PATHS["chat"]
+        status, _, body = await post(
+            url, request_for("chat"), {TOKEN_HEADER: TOKEN, "origin": "https://evil.example"}
+        )
+    assert status == 403
+    assert b"may not use the key" in body
+    assert seen == []
+
+
+async def test_a_token_that_is_not_utf8_is_refused_not_a_crash() -> None:
+    async with own_upstream() as (base, seen), proxy_to(base, client_token=TOKEN) as proxied:
+        host, port = proxied.proxy.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-lockgate-token: \xff\xfe\r\n"
+            b"content-length: 2\r\nconnection: close\r\n\r\n{}"
+        )
+        await writer.drain()
+        answer = await reader.read()
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 401")
+    assert seen == []
+
+
+async def test_a_request_body_that_never_arrives_frees_its_slot() -> None:
+    async with (
+        own_upstream() as (base, seen),
+        proxy_to(base, gating=gating(idle_timeout=0.5), max_streams=1) as proxied,
+    ):
+        host, port = proxied.proxy.url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{"
+        )
+        await writer.drain()
+        answer = await reader.read(4096)
+        writer.close()
+        # The slot is free again: the next request is served (the upstream's own 400).
+        status, _, _ = await post(proxied.proxy.url + PATHS["chat"], request_for("chat"))
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert status == 400
+    assert len(seen) == 1

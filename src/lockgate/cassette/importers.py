@@ -254,7 +254,16 @@ def _yaml(text: str, where: str) -> object:
     class _Loader(yaml.SafeLoader):
         """The safe loader (which already reads `!!binary` as bytes), also reading the
         Python tags some vcrpy versions write for bytes and text (`!!python/bytes`,
-        `!!python/unicode`, `!!python/str`) as data, never as objects."""
+        `!!python/unicode`, `!!python/str`) as data, never as objects. Aliases are refused:
+        recorders write none, and a few kilobytes of nested aliases expand without bound."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.events.AliasEvent):
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(
+                    None, None, "YAML aliases are not read", event.start_mark
+                )
+            return super().compose_node(parent, index)
 
     def _bytes(loader: yaml.SafeLoader, node: yaml.Node) -> bytes:
         value = loader.construct_scalar(node)  # type: ignore[arg-type]

@@ -82,6 +82,7 @@ from ..transport import check_timeout
 
 __all__ = [
     "DEFAULT_KEEPALIVE_SECONDS",
+    "DEFAULT_MAX_HELD_BYTES",
     "HOLDS",
     "MAX_WHOLE_BYTES",
     "Accepted",
@@ -97,6 +98,10 @@ __all__ = [
 ]
 
 DEFAULT_KEEPALIVE_SECONDS = 15.0
+# The raw bytes one stream may hold before its end: the gate bounds what a decision keeps
+# (text, reasoning, arguments, native output); this bounds the frames around them too
+# (unknown events, comments, data-less frames), which the gate never sees.
+DEFAULT_MAX_HELD_BYTES = 64 * 1024 * 1024
 # What the engine holds: from the first call, action or finish on (`tools`, the default), or
 # only the finish and the terminal (`terminal`: calls stream live, for clients that act only
 # on the terminal and want argument progress; a client that acts on arguments before the
@@ -132,6 +137,7 @@ class GatingOptions:
     keepalive_interval: float = DEFAULT_KEEPALIVE_SECONDS
     validate_schemas: bool = False
     hold: Hold = "tools"
+    max_held_bytes: int = 0  # 0: DEFAULT_MAX_HELD_BYTES
 
     def __post_init__(self) -> None:
         if self.hold not in HOLDS:
@@ -141,6 +147,8 @@ class GatingOptions:
         check_timeout(self.keepalive_interval, "keepalive_interval")
         if self.max_event_bytes <= 0:
             raise ValueError("max_event_bytes must be positive")
+        if self.max_held_bytes < 0:
+            raise ValueError("max_held_bytes must be 0 (the default) or positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +184,10 @@ class _Judge:
         "gate",
         "gateway",
         "held",
+        "held_bytes",
         "holding",
         "last",
+        "max_held",
         "out",
         "terminal_only",
     )
@@ -190,9 +200,12 @@ class _Judge:
         clock: Callable[[], float],
         deadline_at: float,
         hold: Hold = "tools",
+        max_held: int = 0,
     ) -> None:
         self.gateway = gateway
         self.terminal_only = hold == "terminal"
+        self.max_held = max_held or DEFAULT_MAX_HELD_BYTES
+        self.held_bytes = 0
         self.framer = SSEFramer(max_event_bytes)
         self.decoder = gateway.new_decoder()
         self.gate = gate
@@ -260,9 +273,12 @@ class _Judge:
                 if frame.keepalive or not self.holding:
                     self.out.append(frame.raw)
                 else:
-                    self.held.append(frame.raw)
+                    self._hold(frame.raw)
                 continue
             hold = self.holding
+            unreadable = gateway.unreadable_action(event)
+            if unreadable is not None:
+                raise ResponseFailure(FailureKind.UNSUPPORTED_OUTPUT, unreadable)
             for decoded in decoder.decode(event):
                 result = gate.accept(decoded)
                 if result is not None:
@@ -286,8 +302,17 @@ class _Judge:
                 self.out.append(frame.raw)  # a keep-alive passes, even while holding
                 self.holding = True
             else:
-                self.held.append(frame.raw)
+                self._hold(frame.raw)
                 self.holding = True
+
+    def _hold(self, raw: bytes) -> None:
+        self.held_bytes += len(raw)
+        if self.held_bytes > self.max_held:
+            raise ResponseFailure(
+                FailureKind.BOUND_EXCEEDED,
+                f"more than {self.max_held} bytes held before the response ended",
+            )
+        self.held.append(raw)
 
 
 class _ModelRefused(Exception):
@@ -366,7 +391,13 @@ class GatingStream:
         deadline_at = start + options.deadline
         gate = ResponseGate(self.tools, self._observer, options.limits)
         judge = _Judge(
-            self.gateway, gate, options.max_event_bytes, clock, deadline_at, options.hold
+            self.gateway,
+            gate,
+            options.max_event_bytes,
+            clock,
+            deadline_at,
+            options.hold,
+            options.max_held_bytes,
         )
         iterator = aiter(self._upstream)
         interval = options.keepalive_interval

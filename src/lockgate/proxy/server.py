@@ -339,6 +339,16 @@ class _Proxy:
                 return self._reject(
                     note, entry, 401, "the lockgate client token is missing or wrong", request
                 )
+            if self.config.api_key is not None and "origin" in request.headers:
+                # A browser page (a cross-site form, DNS rebinding to loopback) must never
+                # spend the key the proxy holds; API clients send no Origin.
+                return self._reject(
+                    note,
+                    entry,
+                    403,
+                    "a browser request may not use the key this proxy holds",
+                    request,
+                )
             if self.active >= self.config.max_streams:
                 return self._reject(
                     note,
@@ -390,7 +400,8 @@ class _Proxy:
                 offered.append(value.strip())
             offered.append(request.headers.get("x-api-key"))
         return any(
-            candidate is not None and hmac.compare_digest(candidate.encode(), self.token)
+            candidate is not None
+            and hmac.compare_digest(candidate.encode("utf-8", "surrogateescape"), self.token)
             for candidate in offered
         )
 
@@ -437,11 +448,24 @@ class _Proxy:
                 headers["authorization"] = f"Bearer {held}"
         return headers
 
+    async def _write(self, response: web.StreamResponse, piece: bytes) -> None:
+        """Send a piece; a client that does not take it within the silence limit has
+        stopped reading, and is treated as gone (its slot and the upstream are freed)."""
+        try:
+            async with asyncio.timeout(self.config.gating.idle_timeout):
+                await response.write(piece)
+        except TimeoutError:
+            raise ConnectionResetError("the client stopped reading") from None
+
     async def _proxy(
         self, request: web.Request, entry: Provider | None, note: _Note
     ) -> web.StreamResponse:
         try:
-            body = await request.read()
+            async with asyncio.timeout(self.config.gating.idle_timeout):
+                body = await request.read()
+        except TimeoutError:
+            reason = f"the request body did not arrive within {self.config.gating.idle_timeout:g} s"
+            return self._reject(note, entry, 408, reason, request)
         except web.HTTPRequestEntityTooLarge:
             limit = self.config.max_request_bytes
             return self._reject(
@@ -557,9 +581,10 @@ class _Proxy:
         )
         try:
             async for piece in pieces:
-                await response.write(piece)
-        except ConnectionError:  # the client left
+                await self._write(response, piece)
+        except ConnectionError:  # the client left (or stopped reading)
             note.outcome = "abandoned"
+            _abort(request)
             return response
         except Exception as exc:  # the upstream broke off (or fell silent)
             note.outcome = "error"
@@ -603,9 +628,10 @@ class _Proxy:
         left = False
         try:
             async for piece in pieces:
-                await response.write(piece)
-        except ConnectionError:  # the client left: what it was sent is not an outcome
+                await self._write(response, piece)
+        except ConnectionError:  # the client left (or stopped reading): not an outcome
             left = True
+            _abort(request)
             return response
         finally:
             close = getattr(pieces, "aclose", None)
@@ -875,11 +901,19 @@ def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyCo
     streams = env.get("LOCKGATE_MAX_STREAMS") or str(DEFAULT_MAX_STREAMS)
     if not streams.isdigit():
         raise ValueError("LOCKGATE_MAX_STREAMS must be a whole number")
+    api_key = secret("LOCKGATE_API_KEY_ENV")
+    client_token = secret("LOCKGATE_CLIENT_TOKEN_ENV")
+    if api_key is not None and client_token is None:
+        # The listen address is gunicorn's, not visible here: a held key always needs a
+        # client token, or the proxy may be an open relay with the key.
+        raise ValueError(
+            "a proxy that holds a key (LOCKGATE_API_KEY_ENV) needs LOCKGATE_CLIENT_TOKEN_ENV"
+        )
     return ProxyConfig(
         upstream,
         gating=gating,
-        api_key=secret("LOCKGATE_API_KEY_ENV"),
-        client_token=secret("LOCKGATE_CLIENT_TOKEN_ENV"),
+        api_key=api_key,
+        client_token=client_token,
         max_streams=int(streams),
     )
 
@@ -888,4 +922,9 @@ async def app_factory() -> web.Application:
     """The application for gunicorn's aiohttp worker, configured from the environment
     (`config_from_environment`); each request is logged on the `lockgate.proxy` logger:
     `gunicorn lockgate.proxy.server:app_factory --worker-class aiohttp.GunicornWebWorker`."""
-    return build_app(config_from_environment(), _environment_log)
+    config = config_from_environment()
+    for variable in ("LOCKGATE_API_KEY_ENV", "LOCKGATE_CLIENT_TOKEN_ENV"):
+        name = os.environ.get(variable)
+        if name:
+            os.environ.pop(name, None)  # read once: the secret leaves the environment
+    return build_app(config, _environment_log)

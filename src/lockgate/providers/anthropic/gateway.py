@@ -7,8 +7,9 @@ error the `anthropic` SDK raises on.
   output, never calls.
 - **Actions**: a `content_block_start` of any block but `text`, `thinking` and
   `redacted_thinking`: a `tool_use`, and every provider-executed block (`server_tool_use`,
-  `mcp_tool_use`, `*_tool_result`, …); and the `message_delta`, which states the stop
-  reason. The engine holds the stream from there on.
+  `mcp_tool_use`, `*_tool_result`, …); the `message_delta`, which states the stop reason;
+  and any event that is not a preview (`_PREVIEW`). The engine holds the stream from there
+  on. (A tool's `input_json_delta` holds it too: the decoder reports it as arguments.)
 - **A whole response** (no `stream`) is judged as the stream `message_start` (the message
   without its content and stop reason), one `content_block_start` (the whole block, which
   the decoder reads as its content) and `content_block_stop` per block, `message_delta`
@@ -38,6 +39,10 @@ from .decoder import AnthropicDecoder
 __all__ = ["GATEWAY", "AnthropicGateway"]
 
 _NOT_ACTIONS = frozenset({"text", "thinking", "redacted_thinking"})
+# Events forwarded at once (a `content_block_start` only for a text or thinking block);
+# every other event holds the stream: `message_delta` (the stop reason), an unnamed frame
+# (the SDK skips it, a naive client might not), an event added to the API later.
+_PREVIEW = frozenset({"message_start", "content_block_delta", "content_block_stop", "ping"})
 KEEPALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
 
 
@@ -57,16 +62,19 @@ class AnthropicGateway:
 
     def begins_hold(self, event: ServerSentEvent) -> bool:
         name = event.event
-        if name == "message_delta":
-            return True  # the stop reason: only `message_stop` may confirm it
-        if name != "content_block_start":
+        if name in _PREVIEW:
             return False
+        if name != "content_block_start":
+            return True  # the stop reason (`message_delta`), and any other or unnamed event
         try:
             payload = parse_event(event.data)
         except ValueError:
-            return False
+            return True
         block = payload.get("content_block") if type(payload) is dict else None
-        return type(block) is dict and block.get("type") not in _NOT_ACTIONS
+        return type(block) is not dict or block.get("type") not in _NOT_ACTIONS
+
+    def unreadable_action(self, event: ServerSentEvent) -> str | None:
+        return None  # a block type the decoder cannot replay fails in the decoder
 
     def is_finish(self, event: ServerSentEvent) -> bool:
         return event.event == "message_delta"

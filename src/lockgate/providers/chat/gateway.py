@@ -5,9 +5,11 @@ a native `POST /chat/completions` body, and the stream error the `openai` SDK ra
   (absent `parameters`: a tool without parameters).
 - **Held from**: tool-call fragments show in the decoder's events; besides them, the
   engine holds from the first non-null `finish_reason` (only the end marker confirms a
-  finish, so a client never sees the finish of a refused response), and from a legacy
-  `delta.function_call` (which the decoder does not read, and whose finish
-  `function_call` never succeeds).
+  finish, so a client never sees the finish of a refused response); a key spelled with
+  JSON escapes is found by parsing.
+- **Refused**: a legacy `function_call` (in a delta, or a whole response's message): the
+  decoder does not read it and the request's `functions` are not checked, so no client may
+  receive it (`unsupported_output`).
 - **The error**: a `data: {"error": {…}}` chunk, and no `[DONE]`: the SDK raises
   `APIError` on a data object with a truthy `error` key (and `[DONE]` would end its
   iteration as a success). `type` is `server_error` when a new request may succeed
@@ -38,6 +40,22 @@ KEEPALIVE = b": lockgate keep-alive\n\n"
 # A `finish_reason` that is not null. JSON text never holds `"finish_reason"` with both its
 # quotes unescaped inside a string, so only the key itself matches.
 _FINISH = re.compile(rb'"finish_reason"\s*:(?!\s*null)')
+_LEGACY = b'"function_call"'
+_ESCAPE = b"\\u"  # a key may be spelled with escapes: then the data is parsed
+
+
+def _parsed(data: bytes) -> object:
+    try:
+        return parse_event(data)
+    except ValueError:
+        return None
+
+
+def _choices(payload: object) -> list[dict[str, Any]]:
+    choices = payload.get("choices") if type(payload) is dict else None
+    if type(choices) is not list:
+        return []
+    return [choice for choice in choices if type(choice) is dict]
 
 
 class ChatGateway:
@@ -58,24 +76,26 @@ class ChatGateway:
         data = event.data
         if _FINISH.search(data) is not None:
             return True  # a finish: only the end marker may confirm it
-        if b'"function_call"' not in data:
-            return False
-        try:
-            payload = parse_event(data)
-        except ValueError:
-            return False
-        choices = payload.get("choices") if type(payload) is dict else None
-        if type(choices) is not list:
-            return False
-        return any(
-            type(choice) is dict
-            and type(choice.get("delta")) is dict
-            and choice["delta"].get("function_call") is not None
-            for choice in choices
-        )
+        if _ESCAPE not in data:
+            return False  # the fast path: no key can hide behind an escape
+        return any(choice.get("finish_reason") is not None for choice in _choices(_parsed(data)))
+
+    def unreadable_action(self, event: ServerSentEvent) -> str | None:
+        data = event.data
+        if _LEGACY not in data and _ESCAPE not in data:
+            return None
+        for choice in _choices(_parsed(data)):
+            for field in ("delta", "message"):
+                part = choice.get(field)
+                if type(part) is dict and part.get("function_call") is not None:
+                    return (
+                        "a legacy `function_call` (the functions API): lockgate cannot "
+                        "validate it against the request's tools, so the response is refused"
+                    )
+        return None
 
     def is_finish(self, event: ServerSentEvent) -> bool:
-        return _FINISH.search(event.data) is not None
+        return self.begins_hold(event)
 
     def whole_stream(self, response: Mapping[str, Any]) -> bytes:
         chunk: dict[str, Any] = {

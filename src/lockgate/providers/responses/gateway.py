@@ -5,10 +5,12 @@ the `openai` SDK raises on.
 - **Tools**: the flat function tools (`{"type": "function", "name", "description",
   "parameters"}`); built-in tools (`web_search`, `file_search`, `mcp`, …) are the
   provider's, and their items are provider output, never calls.
-- **Actions**: `response.output_item.added` / `.done` of any item but a `message` or
-  `reasoning` (a function call, a provider-executed tool, an item asking the client for an
-  action such as `computer_call`): the engine holds the stream from there on. The event name
-  says it without parsing, except on data-only gateways, whose data is searched first.
+- **Held from**: every event but the previews and parts of messages and reasoning
+  (`_PREVIEW`) and the `response.output_item.added` / `.done` of a `message` or `reasoning`
+  item: a function call, its arguments and `.done` events, a provider-executed tool, an item
+  asking the client for an action (`computer_call`), and any type the gateway does not know
+  hold the stream from there on. The event name says it without parsing (data-only
+  gateways' frames are parsed for their `type`); holding early only delays.
 - **The error**: `event: error` with the nested form `{"type": "error", "error": {"type",
   "code", "message"}}`: the SDK raises `APIError` on a data object with a truthy `error`
   key (the flat form and `response.failed` are only yielded as events). Its
@@ -38,6 +40,29 @@ from .decoder import ResponsesDecoder
 __all__ = ["GATEWAY", "ResponsesGateway"]
 
 _ITEM_EVENTS = frozenset({"response.output_item.added", "response.output_item.done"})
+# The events forwarded at once (previews, the start, message and reasoning parts): every
+# other event type holds the stream, known or not — a function call's arguments or `.done`
+# events, a provider tool's progress, a type added to the API later.
+_PREVIEW = frozenset(
+    {
+        "response.created",
+        "response.queued",
+        "response.in_progress",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_text.annotation.added",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+    }
+)
 _NOT_ACTIONS = frozenset({"message", "reasoning"})
 KEEPALIVE = b": lockgate keep-alive\n\n"
 # A whole response's status, and the terminal event that states it.
@@ -72,16 +97,27 @@ class ResponsesGateway:
 
     def begins_hold(self, event: ServerSentEvent) -> bool:
         name = event.event
-        if name is not None:
-            if name not in _ITEM_EVENTS:
-                return False
-        elif b"output_item" not in event.data:
+        if name is None:  # a data-only gateway: the type is in the data
+            payload = _payload(event)
+            if payload is None:
+                return True
+            kind = payload.get("type")
+            name = kind if type(kind) is str else ""
+        elif name in _PREVIEW:
             return False
-        payload = _payload(event)
-        if payload is None or payload.get("type") not in _ITEM_EVENTS:
+        elif name not in _ITEM_EVENTS:
+            return True
+        else:
+            payload = _payload(event)
+        if name in _PREVIEW:
             return False
+        if name not in _ITEM_EVENTS or payload is None:
+            return True
         item = payload.get("item")
-        return type(item) is dict and item.get("type") not in _NOT_ACTIONS
+        return type(item) is not dict or item.get("type") not in _NOT_ACTIONS
+
+    def unreadable_action(self, event: ServerSentEvent) -> str | None:
+        return None  # an item the decoder cannot replay fails at the terminal's snapshot
 
     def is_finish(self, event: ServerSentEvent) -> bool:
         return False  # the terminal states the finish, and the decoder reports it
