@@ -448,9 +448,15 @@ class _Proxy:
                 headers["authorization"] = f"Bearer {held}"
         return headers
 
-    async def _write(self, response: web.StreamResponse, piece: bytes) -> None:
+    async def _write(
+        self, request: web.Request, response: web.StreamResponse, piece: bytes
+    ) -> None:
         """Send a piece; a client that does not take it within the silence limit has
-        stopped reading, and is treated as gone (its slot and the upstream are freed)."""
+        stopped reading, and is treated as gone (its slot and the upstream are freed). The
+        timer is armed only when the socket's buffer is full (a write then waits)."""
+        if not getattr(request.protocol, "writing_paused", True):
+            await response.write(piece)
+            return
         try:
             async with asyncio.timeout(self.config.gating.idle_timeout):
                 await response.write(piece)
@@ -581,7 +587,7 @@ class _Proxy:
         )
         try:
             async for piece in pieces:
-                await self._write(response, piece)
+                await self._write(request, response, piece)
         except ConnectionError:  # the client left (or stopped reading)
             note.outcome = "abandoned"
             _abort(request)
@@ -628,7 +634,7 @@ class _Proxy:
         left = False
         try:
             async for piece in pieces:
-                await self._write(response, piece)
+                await self._write(request, response, piece)
         except ConnectionError:  # the client left (or stopped reading): not an outcome
             left = True
             _abort(request)
