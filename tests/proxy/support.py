@@ -319,13 +319,17 @@ def _serving(body: bytes) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
 
 
-async def _openai_chat(body: bytes) -> None:
-    client = openai.AsyncOpenAI(
+def _openai(body: bytes) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
         api_key="sk-test",
         base_url="http://proxy.test/v1",
         max_retries=0,
         http_client=_serving(body),
     )
+
+
+async def _openai_chat(body: bytes) -> None:
+    client = _openai(body)
     async with client:
         stream = await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}], stream=True
@@ -335,12 +339,7 @@ async def _openai_chat(body: bytes) -> None:
 
 
 async def _openai_responses_raw(body: bytes) -> None:
-    client = openai.AsyncOpenAI(
-        api_key="sk-test",
-        base_url="http://proxy.test/v1",
-        max_retries=0,
-        http_client=_serving(body),
-    )
+    client = _openai(body)
     async with client:
         stream = await client.responses.create(model="m", input="x", stream=True)
         async for _ in stream:
@@ -348,12 +347,7 @@ async def _openai_responses_raw(body: bytes) -> None:
 
 
 async def _openai_responses_helper(body: bytes) -> None:
-    client = openai.AsyncOpenAI(
-        api_key="sk-test",
-        base_url="http://proxy.test/v1",
-        max_retries=0,
-        http_client=_serving(body),
-    )
+    client = _openai(body)
     async with client, client.responses.stream(model="m", input="x") as stream:
         async for _ in stream:
             pass

@@ -56,6 +56,7 @@ __all__ = [
     "load_all",
     "loads",
     "public_headers",
+    "read_text",
     "save",
 ]
 
@@ -278,8 +279,9 @@ def loads(text: str, source: str = "<cassette>") -> Cassette:
     )
 
 
-def load(path: Path) -> Cassette:
-    """One cassette file; CassetteError with a one-line reason when it cannot be read."""
+def read_text(path: Path, encoding: str = "utf-8") -> str:
+    """A file's text, read under `MAX_CASSETTE_BYTES`; CassetteError with a one-line reason
+    naming the file when it cannot be read, is too large or is not text in `encoding`."""
     try:
         with path.open("rb") as handle:
             raw = handle.read(MAX_CASSETTE_BYTES + 1)
@@ -290,10 +292,14 @@ def load(path: Path) -> Cassette:
     if len(raw) > MAX_CASSETTE_BYTES:
         raise CassetteError(f"{path}: larger than {MAX_CASSETTE_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode(encoding)
     except UnicodeDecodeError:
         raise CassetteError(f"{path}: not UTF-8 text") from None
-    return loads(text, str(path))
+
+
+def load(path: Path) -> Cassette:
+    """One cassette file; CassetteError with a one-line reason when it cannot be read."""
+    return loads(read_text(path), str(path))
 
 
 def load_all(target: Path) -> list[Cassette]:

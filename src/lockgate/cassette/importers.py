@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .format import CASSETTE_SUFFIX, MAX_CASSETTE_BYTES, Cassette, CassetteError, Read, save
+from .format import (
+    CASSETTE_SUFFIX,
+    MAX_CASSETTE_BYTES,
+    Cassette,
+    CassetteError,
+    Read,
+    read_text,
+    save,
+)
 from .format import public_headers as _public_headers
 
 __all__ = [
@@ -437,19 +445,7 @@ def import_file(path: Path, protocol: str | None = None) -> Sources:
     if protocol is not None and protocol not in PROTOCOLS:
         raise CassetteError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     where = str(path)
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CASSETTE_BYTES + 1)
-    except OSError as exc:
-        raise CassetteError(f"cannot read {where}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a NUL byte in the path
-        raise CassetteError(f"cannot read {where!r}: {exc}") from None
-    if len(raw) > MAX_CASSETTE_BYTES:
-        raise CassetteError(f"{where}: larger than {MAX_CASSETTE_BYTES} bytes")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise CassetteError(f"{where}: not UTF-8 text") from None
+    text = read_text(path, "utf-8-sig")  # other recorders may write a byte-order mark
     document: object
     if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
         try:

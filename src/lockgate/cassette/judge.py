@@ -39,9 +39,9 @@ from typing import Any, TypeVar
 
 from ..client import StreamingModelClient
 from ..conversation import Message, ToolSpec
-from ..errors import OpenFailure, ResponseFailure, StreamInterrupted
+from ..errors import OpenFailure, ResponseFailure
 from ..retry import RetryPolicy
-from ..scripted.script import Hang, Pause, Reset
+from ..scripted.script import Action, play
 from .faults import Fault, Playback, fault_points, playback, preserves_decision
 from .format import Cassette
 
@@ -147,21 +147,13 @@ def cassette_tools(cassette: Cassette) -> tuple[ToolSpec, ...]:
 
 
 class _PlayedStream:
-    def __init__(self, steps: Sequence[object]) -> None:
+    def __init__(self, steps: Sequence[Action]) -> None:
         self._steps = steps
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for step in self._steps:
-            if isinstance(step, bytes):
-                await asyncio.sleep(0)  # a real stream yields to the loop between reads
-                yield step
-            elif isinstance(step, Pause):
-                await asyncio.sleep(step.seconds)
-            elif isinstance(step, Reset):
-                raise StreamInterrupted("simulated connection reset by peer")
-            elif isinstance(step, Hang):
-                await asyncio.Event().wait()  # silent until cancelled
+        async for piece in play(self._steps):
+            yield piece
 
     async def aclose(self) -> None:
         self.closed = True

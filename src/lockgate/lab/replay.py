@@ -10,9 +10,9 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from ..errors import OpenFailure, StreamInterrupted
+from ..errors import OpenFailure
 from ..scripted.renderer import Renderer
-from ..scripted.script import Hang, Pause, Reset, Turn, body_actions
+from ..scripted.script import Turn, body_actions, play
 from ..transport import ByteStream, Transport
 
 
@@ -24,17 +24,8 @@ class ScriptedStream:
         self.closed = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for action in body_actions(self._turn, self._protocol):
-            if isinstance(action, bytes):
-                await asyncio.sleep(0)  # a real stream yields to the loop between reads
-                yield action
-            elif isinstance(action, Pause):
-                await asyncio.sleep(action.seconds)
-            elif isinstance(action, Reset):
-                raise StreamInterrupted("simulated connection reset by peer")
-            elif isinstance(action, Hang):
-                self._paused.set()
-                await asyncio.Event().wait()  # silent until cancelled
+        async for piece in play(body_actions(self._turn, self._protocol), self._paused.set):
+            yield piece
 
     async def aclose(self) -> None:
         self.closed = True

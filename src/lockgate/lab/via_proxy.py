@@ -50,6 +50,10 @@ __all__ = [
     "skip_reason",
 ]
 
+# The naive client's credential: the scripted server takes any, and the proxy passes it on
+# (the same header for every protocol: the naive client knows no provider).
+_HEADERS = {"authorization": f"Bearer {LAB_API_KEY}"}
+
 # The naive client's own silence limit (longer than the proxy's: the proxy decides first).
 NAIVE_READ_TIMEOUT_SECONDS = 1.5
 
@@ -154,12 +158,6 @@ def _content(provider: str, body: bytes) -> list[bytes]:
     return [*kept, framer.tail]
 
 
-def _headers(provider: str) -> dict[str, str]:
-    if provider == "anthropic":
-        return {"x-api-key": LAB_API_KEY, "anthropic-version": "2023-06-01"}
-    return {"authorization": f"Bearer {LAB_API_KEY}"}
-
-
 async def _naive(url: str, requests: Sequence[Mapping[str, Any]], provider: str) -> list[Answer]:
     """The naive client: each request in turn, each answer read to its end."""
     import httpx2
@@ -172,9 +170,7 @@ async def _naive(url: str, requests: Sequence[Mapping[str, Any]], provider: str)
             status = 0
             ended = "end"
             try:
-                async with http.stream(
-                    "POST", url, json=dict(body), headers=_headers(provider)
-                ) as response:
+                async with http.stream("POST", url, json=dict(body), headers=_HEADERS) as response:
                     status = response.status_code
                     async for piece in response.aiter_raw():
                         received += piece

@@ -10,13 +10,15 @@ bytes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from ..errors import StreamInterrupted
 from ..jsonlimits import too_deep
 from .renderer import Frame, Renderer
 from .reply import (
@@ -170,6 +172,26 @@ class Hang:
 
 
 Action = bytes | Pause | Reset | Hang
+
+
+async def play(
+    actions: Iterable[Action], on_hang: Callable[[], object] | None = None
+) -> AsyncIterator[bytes]:
+    """A body's actions as an in-process byte stream: bytes are reads (the loop gets a turn
+    between two), a pause sleeps, a reset raises `StreamInterrupted`, a hang calls
+    `on_hang` and stays silent until cancelled."""
+    for action in actions:
+        if isinstance(action, bytes):
+            await asyncio.sleep(0)  # a real stream yields to the loop between reads
+            yield action
+        elif isinstance(action, Pause):
+            await asyncio.sleep(action.seconds)
+        elif isinstance(action, Reset):
+            raise StreamInterrupted("simulated connection reset by peer")
+        elif isinstance(action, Hang):
+            if on_hang is not None:
+                on_hang()
+            await asyncio.Event().wait()
 
 
 def fragments(payload: bytes, sizes: Sequence[int] = DEFAULT_FRAGMENTS) -> Iterator[bytes]:
