@@ -2,11 +2,11 @@
 gate can stand on the wire, between any client and that provider.
 
 The engine is provider-neutral: it frames the native stream (`sse.SSEFramer`), judges it
-with the provider's own decoder and the gate, forwards or holds each raw frame, and ends a
-refused stream with one error. A `Gateway` supplies the rest, for one protocol: the tools a
+with the provider's own decoder and the gate, forwards or holds each judged event (in its
+canonical form, `sse.canonical_frame`), and ends a refused stream with one error. A `Gateway` supplies the rest, for one protocol: the tools a
 native request exposes, whether a request asks for a stream, which raw events begin an
-action or state the finish (so that the engine holds from there on), which events are
-keep-alives, and the bytes of a keep-alive and of the protocol's stream error (the one its
+action or state the finish (so that the engine holds from there on), which events the
+decoder skips unread (never forwarded), which events are keep-alives, and the bytes of a keep-alive and of the protocol's stream error (the one its
 official SDK raises on); for a whole (non-streaming) response, the stream it is the snapshot
 of and the protocol's error body. Each provider implements it in `providers/<name>/gateway.py`.
 
@@ -106,6 +106,12 @@ class Gateway(Protocol):
     def error_body(self, refusal: Refusal) -> bytes:
         """The protocol's JSON error body for a refused whole response (sent with 502): the
         one its official SDK reads the message of."""
+        ...
+
+    def skipped(self, event: ServerSentEvent) -> bool:
+        """Whether the decoder skips this event unread (Anthropic's frames without an
+        `event:` line, a Responses `[DONE]`): the engine never forwards it, so that no
+        client reads what the gate did not judge."""
         ...
 
     def is_keepalive(self, event: ServerSentEvent) -> bool:

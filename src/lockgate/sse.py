@@ -1,10 +1,14 @@
 """A bounded, incremental Server-Sent Events decoder.
 
 Feed it bytes exactly as they arrive, cut anywhere (inside a line, inside a UTF-8
-character); it returns the complete events. It accepts LF, CRLF and CR line ends, skips
-comment lines (keep-alives), joins multi-line `data:` with LF and enforces a cap on one
-event's size *while it accumulates*, so an endless or giant frame fails without being
-buffered whole. Data stays bytes: JSON decoding happens later, on complete events only.
+character); it returns the complete events. It accepts LF, CRLF and CR line ends, strips one
+byte order mark at the start of the body (as the specification says), skips comment lines
+(keep-alives), joins multi-line `data:` with LF and enforces a cap on one event's size *while
+it accumulates*, so an endless or giant frame fails without being buffered whole. Data stays
+bytes: JSON decoding happens later, on complete events only.
+
+`canonical_frame` writes an event back in the one form every SSE reader agrees on (what the
+gating engine sends a client: see its docstring).
 """
 
 from __future__ import annotations
@@ -14,12 +18,41 @@ from dataclasses import dataclass
 
 from .errors import FailureKind, ResponseFailure
 from .events import fast_init
+from .jsonlimits import parse_event
 
 DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 _LF = b"\n"
 _CR = b"\r"
 _BLANK = b"\n\n"
+_BOM = b"\xef\xbb\xbf"  # U+FEFF in UTF-8: stripped once, at the start of the body
+
+
+class _BodyStart:
+    """Strips a byte order mark from the start of a body, also when it arrives cut across
+    reads. `pending` is true until the body's first three bytes (or its end) decided it."""
+
+    __slots__ = ("_head", "pending")
+
+    def __init__(self) -> None:
+        self._head = b""
+        self.pending = True
+
+    def feed(self, chunk: bytes) -> bytes | None:
+        """The bytes to parse now (None: wait for more, they may finish a mark)."""
+        head = self._head + chunk
+        if len(head) < len(_BOM) and _BOM.startswith(head):
+            self._head = head
+            return None
+        self._head = b""
+        self.pending = False
+        return head[len(_BOM) :] if head.startswith(_BOM) else head
+
+    def finish(self) -> bytes:
+        """At the end of the body: what was held back (a mark's beginning, not a mark)."""
+        head, self._head = self._head, b""
+        self.pending = False
+        return head
 
 
 @fast_init
@@ -36,7 +69,7 @@ class SSEDecoder:
     (`\n\n`). The unfinished frame is the only thing retained, and its size is the bound.
     """
 
-    __slots__ = ("_max", "_partial", "_pending_cr", "cut")
+    __slots__ = ("_max", "_partial", "_pending_cr", "_start", "cut")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         if max_event_bytes <= 0:
@@ -44,10 +77,17 @@ class SSEDecoder:
         self._max = max_event_bytes
         self._partial = bytearray()  # the unfinished frame
         self._pending_cr = False  # the last chunk ended in CR: maybe half of a CRLF
+        self._start: _BodyStart | None = _BodyStart()  # None once the body's start is read
         self.cut = False  # `finish` found the body ending inside an event
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Accept the next bytes; return the events they completed."""
+        if self._start is not None:
+            started = self._start.feed(chunk)
+            if started is None:
+                return []
+            self._start = None
+            chunk = started
         if (
             not self._partial
             and not self._pending_cr
@@ -97,10 +137,14 @@ class SSEDecoder:
         event without its closing blank line is incomplete and is discarded (as the SSE
         specification says), and `cut` then tells that the body ended inside it: evidence
         that the stream was cut, never a clean end."""
-        events = []
+        events: list[ServerSentEvent] = []
+        if self._start is not None:  # the body was shorter than a byte order mark
+            head = self._start.finish()
+            self._start = None
+            events = self.feed(head) if head else []
         partial = bytes(self._partial)
         if self._pending_cr and partial.endswith(_LF):
-            events = _events([partial[:-1]])
+            events += _events([partial[:-1]])
             partial = b""
         self.cut = any(line and line[0] != 58 for line in partial.split(_LF))  # not ':'
         self._partial = bytearray()
@@ -194,7 +238,8 @@ def _cut(tail: bytes) -> bool:
 class SSEFramer:
     """Splits a byte stream into raw SSE frames, each with the event `SSEDecoder` would
     decode from it, so that a stream can be judged event by event and forwarded byte for
-    byte (the concatenation of the frames and `tail` is exactly the input).
+    byte (the concatenation of the frames and `tail` is exactly the input, but for a byte
+    order mark at its start, which is stripped as `SSEDecoder` strips it).
 
     A separate class, so that `SSEDecoder`'s hot path stays as it is; the semantics are
     its own: LF, CRLF and CR line ends (a CR at the end of a read may be half of a CRLF,
@@ -205,12 +250,13 @@ class SSEFramer:
     frames); the first CR switches the stream to a line-by-line scan.
     """
 
-    __slots__ = ("_buf", "_cr", "_crlf", "_line", "_max", "_scan", "cut", "tail")
+    __slots__ = ("_buf", "_cr", "_crlf", "_line", "_max", "_scan", "_start", "cut", "tail")
 
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         if max_event_bytes <= 0:
             raise ValueError("max_event_bytes must be positive")
         self._max = max_event_bytes
+        self._start: _BodyStart | None = _BodyStart()  # None once the body's start is read
         self._buf = bytearray()  # the unfinished frame, raw
         self._cr = False  # a CR was seen: line-by-line scanning from then on
         self._line = 0  # CR scan: where the current line starts in the buffer
@@ -221,6 +267,12 @@ class SSEFramer:
 
     def feed(self, chunk: bytes) -> list[RawFrame]:
         """Accept the next bytes; return the frames they completed."""
+        if self._start is not None:
+            started = self._start.feed(chunk)
+            if started is None:
+                return []
+            self._start = None
+            chunk = started
         if not self._cr:
             if _CR not in chunk:
                 return self._feed_lf(chunk)
@@ -231,7 +283,13 @@ class SSEFramer:
     def finish(self) -> list[RawFrame]:
         """End of stream: a CR held back ends its line; `tail` is what no blank line ended,
         and `cut` tells whether it holds anything but comments."""
-        frames = self._feed_cr(b"", finishing=True) if self._cr else []
+        frames: list[RawFrame] = []
+        if self._start is not None:  # the body was shorter than a byte order mark
+            head = self._start.finish()
+            self._start = None
+            frames = self.feed(head) if head else []
+        if self._cr:
+            frames += self._feed_cr(b"", finishing=True)
         self.tail = bytes(self._buf)
         self.cut = _cut(self.tail)
         self._buf = bytearray()
@@ -308,3 +366,55 @@ class SSEFramer:
         return ResponseFailure(
             FailureKind.BOUND_EXCEEDED, f"one SSE event exceeded {self._max} bytes"
         )
+
+
+# --- the canonical form (what a client of the gating engine reads) -------------------------
+
+# What SSE readers disagree on inside a line: the separators `str.splitlines` splits on
+# besides CR and LF (Python clients that split text lines, httpx's `aiter_lines`), U+FEFF
+# (the TypeScript SDKs strip it from every line), and NUL.
+_AMBIGUOUS = re.compile(rb"[\x00\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]|\xef\xbb\xbf")
+# In JSON text those characters can only stand raw inside a string (the others are invalid
+# there), where their escapes mean the same.
+_ESCAPES = {
+    b"\xc2\x85": b"\\u0085",
+    b"\xe2\x80\xa8": b"\\u2028",
+    b"\xe2\x80\xa9": b"\\u2029",
+    b"\xef\xbb\xbf": b"\\ufeff",
+}
+
+
+def _ambiguous(reason: str) -> ResponseFailure:
+    return ResponseFailure(
+        FailureKind.MALFORMED_EVENT, f"an event that SSE readers would read differently: {reason}"
+    )
+
+
+def _one_line(data: bytes) -> bytes:
+    """Event data as one line without an ambiguous character, meaning the same JSON; data
+    that is not JSON cannot be rewritten so, and is refused."""
+    try:
+        parse_event(data)
+    except ValueError:
+        raise _ambiguous("a line break or separator in data that is not JSON") from None
+    # Valid JSON holds LF only as whitespace (a raw LF in a string is invalid), and the
+    # multi-byte separators only inside strings.
+    data = data.replace(_LF, b" ")
+    return _AMBIGUOUS.sub(lambda match: _ESCAPES[match.group()], data)
+
+
+def canonical_frame(event: ServerSentEvent) -> bytes:
+    """`event` as the one frame every SSE reader reads alike: `event: NAME` (when it has a
+    name) and one `data:` line, LF line ends, nothing else. The name must be printable
+    ASCII without spaces; data holding a line break or a character some readers split or
+    strip lines on is rewritten as equal JSON on one line. An event that cannot be written
+    so raises ResponseFailure (`malformed_event`)."""
+    data = event.data
+    if _LF in data or _AMBIGUOUS.search(data) is not None:
+        data = _one_line(data)
+    name = event.event
+    if name is None:
+        return b"data: " + data + b"\n\n"
+    if not (name.isascii() and name.isprintable()) or " " in name or not name:
+        raise _ambiguous(f"the event name {name!r}")
+    return b"event: " + name.encode("ascii") + b"\ndata: " + data + b"\n\n"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lockgate.errors import FailureKind, ResponseFailure
-from lockgate.sse import ServerSentEvent, SSEDecoder
+from lockgate.sse import ServerSentEvent, SSEDecoder, canonical_frame
 
 
 def decode_all(chunks: list[bytes], limit: int = 1 << 20) -> list[ServerSentEvent]:
@@ -110,3 +112,77 @@ def test_a_whole_frame_beyond_the_bound_within_one_read_is_refused() -> None:
     with pytest.raises(ResponseFailure) as caught:
         decoder.feed(b"data: a\n\ndata: " + b"x" * 5000 + b"\n\ndata: b")
     assert caught.value.kind is FailureKind.BOUND_EXCEEDED
+
+
+# --- the byte order mark, and the canonical form -------------------------------------------
+
+BOM = "\ufeff".encode()
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2, 3, 4])
+def test_a_byte_order_mark_at_the_start_of_the_body_is_stripped(cut: int) -> None:
+    body = BOM + b'event: a\ndata: {"x": 1}\n\n'
+    chunks = [body[:cut], body[cut:]] if cut else [body]
+    assert decode_all(chunks) == [ServerSentEvent("a", b'{"x": 1}')]
+
+
+def test_a_byte_order_mark_elsewhere_is_no_field_name() -> None:
+    # Only the body's first mark is the encoding's: one at a later line start makes that
+    # line a field lockgate does not know (the engine then forwards nothing of it).
+    body = b'event: a\ndata: {"x": 1}\n\n' + BOM + b'data: {"call": 1}\n\n'
+    assert decode_all([body]) == [ServerSentEvent("a", b'{"x": 1}')]
+
+
+@pytest.mark.parametrize("body", [b"", b"\xef", b"\xef\xbb"])
+def test_a_body_shorter_than_a_mark_ends_as_it_is(body: bytes) -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(body) == []
+    assert decoder.finish() == []
+    assert decoder.cut is bool(body)  # a byte that is no comment: the body was cut
+
+
+@pytest.mark.parametrize(
+    ("event", "frame"),
+    [
+        (ServerSentEvent(None, b'{"a":1}'), b'data: {"a":1}\n\n'),
+        (ServerSentEvent("response.created", b"{}"), b"event: response.created\ndata: {}\n\n"),
+        (ServerSentEvent(None, b"[DONE]"), b"data: [DONE]\n\n"),
+        # JSON over several lines: the same value on one (an LF is only whitespace there)
+        (ServerSentEvent(None, b'{"a":\n1,\n"b":2}'), b'data: {"a": 1, "b":2}\n\n'),
+        # separators that some readers split lines on, inside a string: their escapes
+        (
+            ServerSentEvent(None, '{"t":"a\u2028b\u2029c\x85d\ufeffe"}'.encode()),
+            b'data: {"t":"a\\u2028b\\u2029c\\u0085d\\ufeffe"}\n\n',
+        ),
+    ],
+)
+def test_the_canonical_frame_is_one_data_line_meaning_the_same(
+    event: ServerSentEvent, frame: bytes
+) -> None:
+    written = canonical_frame(event)
+    assert written == frame
+    # Every reader agrees on it: one event, and equal JSON where the data was JSON.
+    (read,) = decode_all([written])
+    assert read.event == event.event
+    if read.data != b"[DONE]":
+        assert json.loads(read.data) == json.loads(event.data)
+    text = written.decode()
+    assert text.splitlines() == text.split("\n")[:-1]  # str.splitlines finds the same lines
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        ServerSentEvent(None, b"line one\nline two"),  # not JSON: no one-line equivalent
+        ServerSentEvent(None, "not json \u2028data: {}".encode()),
+        ServerSentEvent(None, b'{"a":"\x0b"}'),  # not JSON either (a raw control character)
+        ServerSentEvent("two words", b"{}"),
+        ServerSentEvent("r\u00e9sum\u00e9", b"{}"),
+        ServerSentEvent("x\u2028data: y", b"{}"),
+        ServerSentEvent("", b"{}"),
+    ],
+)
+def test_what_no_frame_carries_unambiguously_is_refused(event: ServerSentEvent) -> None:
+    with pytest.raises(ResponseFailure) as raised:
+        canonical_frame(event)
+    assert raised.value.kind is FailureKind.MALFORMED_EVENT

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -216,14 +217,46 @@ def frames(data: bytes) -> list[Any]:
     return found
 
 
-def without_keepalives(data: bytes, gateway: Gateway) -> list[bytes]:
-    """The raw frames of `data` that are not keep-alives (comment-only frames, and the
-    protocol's keep-alive events), in order."""
-    return [
+def without_keepalives(data: bytes, gateway: Gateway) -> list[tuple[str | None, object]]:
+    """The events a client reads of `data`, in order: (name, data as a JSON value, or the
+    bytes where it is not JSON), keep-alives (comment-only frames, the protocol's keep-alive
+    events) and the events the gateway skips unread left out. Equal for a stream and its
+    canonical re-framing (`sse.canonical_frame` writes equal JSON on one line)."""
+    events: list[tuple[str | None, object]] = []
+    for frame in frames(data):
+        event = frame.event
+        if event is None or gateway.is_keepalive(event) or gateway.skipped(event):
+            continue
+        try:
+            value: object = json.loads(event.data)
+        except ValueError:
+            value = event.data
+        events.append((event.event, value))
+    return events
+
+
+# One canonical event frame (what the engine sends): an optional `event:` line with a
+# printable ASCII name, one `data:` line, LF line ends; and none of the characters that
+# some readers split or strip lines on.
+_CANONICAL = re.compile(rb"(?:event: [!-~]+\n)?data: [^\n\r]*\n\n")
+_AMBIGUOUS = re.compile(rb"[\x00\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]|\xef\xbb\xbf")
+
+
+def not_canonical(data: bytes, gateway: Gateway) -> list[bytes]:
+    """The pieces of the engine's output that are neither the gateway's keep-alive nor one
+    canonical event frame (and any tail no blank line ended)."""
+    framer = SSEFramer(1 << 30)
+    found = framer.feed(data)
+    found.extend(framer.finish())
+    odd = [
         frame.raw
-        for frame in frames(data)
-        if not frame.keepalive and not (frame.event and gateway.is_keepalive(frame.event))
+        for frame in found
+        if frame.raw != gateway.keepalive()
+        and (_CANONICAL.fullmatch(frame.raw) is None or _AMBIGUOUS.search(frame.raw))
     ]
+    if framer.tail or data.startswith(b"\xef\xbb\xbf"):
+        odd.append(framer.tail or data[:3])
+    return odd
 
 
 def keepalive_count(data: bytes, gateway: Gateway) -> int:

@@ -20,6 +20,7 @@ from lockgate.proxy import (
     Accepted,
     GatingOptions,
     GatingStream,
+    HeldBudget,
     Refused,
     capped_body,
     forwarded_headers,
@@ -35,6 +36,7 @@ from .support import (
     ends_with_refusal,
     gate_stream,
     keepalive_count,
+    not_canonical,
     options,
     request_for,
     run,
@@ -235,10 +237,11 @@ def test_upstream_keepalives_pass_at_once_even_while_held() -> None:
             pieces.append(piece)
 
     run(consume())
-    assert ping in pieces  # sent as they came, not held …
-    assert comment in pieces
-    assert pieces.index(ping) < len(pieces) - 1  # … before the release at the end
-    assert b"".join(pieces).count(ping) == 1
+    # Sent at once, not held: the ping as it came, the comment as the gateway's own
+    # keep-alive (a ping too) …
+    assert pieces.count(ping) == 2
+    assert pieces.index(ping) < len(pieces) - 2  # … before the release at the end
+    assert comment not in b"".join(pieces)
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -416,12 +419,12 @@ def test_an_unexpected_error_while_judging_is_a_refusal_too() -> None:
 
 
 @pytest.mark.parametrize("provider", PROTOCOLS)
-def test_what_follows_the_last_frame_is_released_too(provider: str) -> None:
+def test_what_follows_the_last_frame_is_not_released(provider: str) -> None:
     frames = native_frames(provider, edit_reply())
-    body = [*frames, b": bye"]  # a comment without its blank line: not a cut
+    body = [*frames, b": bye"]  # a comment without its blank line: not a cut …
     gated = gate(provider, Upstream(body))
     assert isinstance(gated.outcome, Accepted)
-    assert gated.output == b"".join(body)
+    assert gated.output == b"".join(frames)  # … but nothing a client should read either
 
 
 @pytest.mark.parametrize("holding", [False, True])
@@ -601,3 +604,112 @@ def test_what_a_stream_holds_is_bounded_even_where_the_gate_sees_nothing() -> No
     assert "100000 bytes held" in message
     assert tool_events(bounded.output) == []
     assert isinstance(gate("responses", Upstream(body)).outcome, Accepted)  # the default: 64 MiB
+
+
+# --- what a client can read: only judged events, in the canonical form ------------------------
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_bytes_the_gate_does_not_judge_never_reach_the_client(provider: str) -> None:
+    # Around a valid text-only stream: a call in a line some readers read and lockgate does
+    # not (a byte order mark at a line start, a comment holding a separator that
+    # `str.splitlines` splits on), fields and lines no event carries, CR line ends.
+    call = b'data: {"smuggled": "call"}'
+    frames = native_frames(provider, Reply("resp_engine", (Say("Only text."),)))
+    odd = [
+        b"\xef\xbb\xbf" + call + b"\n\n",
+        b": note\xe2\x80\xa8" + call + b"\n\n",
+        b": note\x0b" + call + b"\n\n",
+        b"id: 7\nretry: 10\nunknown: field\n\n",
+    ]
+    body = [frames[0], *odd, *(frame.replace(b"\n", b"\r\n") for frame in frames[1:])]
+    gated = gate(provider, Upstream(body))
+    assert isinstance(gated.outcome, Accepted)
+    assert b"smuggled" not in gated.output
+    assert not_canonical(gated.output, gated.gateway) == []
+    assert without_keepalives(gated.output, gated.gateway) == without_keepalives(
+        b"".join(frames), gated.gateway
+    )
+    # the two comments reach the client as the gateway's own keep-alives
+    expected = keepalive_count(b"".join(frames), gated.gateway) + 2
+    assert keepalive_count(gated.output, gated.gateway) == expected
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_a_json_answer_to_a_stream_request_forwards_nothing(provider: str) -> None:
+    body = json.dumps({"choices": [{"message": {"tool_calls": [{"id": "call_1"}]}}]}, indent=2)
+    gated = gate(provider, Upstream([body.encode() + b"\n\n\n"]))
+    assert isinstance(gated.outcome, Refused)
+    assert gated.output == gated.pieces[-1]  # the refusal frame, and nothing before it
+    assert b"call_1" not in gated.output
+
+
+def test_frames_the_decoder_skips_are_not_forwarded() -> None:
+    # Anthropic's frames without an `event:` line (the SDK skips them; litellm reads them),
+    # a `[DONE]` in the middle of a Responses stream (the SDK stops reading there).
+    anthropic = native_frames("anthropic", edit_reply())
+    before, after = split_at_hold(anthropic)
+    hidden = b'data: {"type":"content_block_start","index":9,"content_block":{"type":"text"}}\n\n'
+    gated = gate("anthropic", Upstream([*before, hidden, *after]))
+    assert isinstance(gated.outcome, Accepted)
+    assert b'"index":9' not in gated.output
+    responses = native_frames("responses", edit_reply())
+    gated = gate("responses", Upstream([responses[0], b"data: [DONE]\n\n", *responses[1:]]))
+    assert isinstance(gated.outcome, Accepted)
+    assert b"[DONE]" not in gated.output
+    assert gated.output == b"".join(responses)
+
+
+@pytest.mark.parametrize("provider", PROTOCOLS)
+def test_the_refusal_counts_the_call_beyond_the_bound_too(provider: str) -> None:
+    calls = tuple(Call(f"call_{n}", "edit", EDIT_FIX, 1) for n in range(9))
+    gated = gate(provider, Upstream(native_frames(provider, Reply("resp_engine", calls))))
+    kind, _, message = refusal_of(gated)
+    assert kind == "bound_exceeded"
+    assert message.startswith("lockgate withheld 9 tool calls: bound_exceeded: ")
+
+
+def test_one_held_bytes_budget_bounds_every_stream_and_is_given_back() -> None:
+    frames = native_frames("chat", edit_reply(pieces=8))
+    before, after = split_at_hold(frames)
+    held = sum(len(frame) for frame in after)
+    budget = HeldBudget(held + held // 2)  # room for one held response, not two
+
+    async def both() -> tuple[Gated, Gated, int]:
+        first_holds = asyncio.Event()
+        second_ended = asyncio.Event()
+
+        class Paced(Upstream):
+            def __init__(self, wait_for: asyncio.Event | None, signal: asyncio.Event) -> None:
+                super().__init__([])
+                self.wait_for, self.signal = wait_for, signal
+
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                for frame in [*before, *after[:-1]]:
+                    yield frame
+                self.signal.set()
+                if self.wait_for is not None:
+                    await self.wait_for.wait()
+                yield after[-1]
+
+        async def one(upstream: Upstream) -> Gated:
+            stream = GatingStream(
+                registry_entry("chat"), request_for("chat"), upstream, options(), budget=budget
+            )
+            pieces = tuple([piece async for piece in stream])
+            assert stream.outcome is not None
+            return Gated(b"".join(pieces), pieces, stream.outcome, stream.gateway)
+
+        first = asyncio.ensure_future(one(Paced(second_ended, first_holds)))
+        await first_holds.wait()
+        second = await one(Paced(None, asyncio.Event()))
+        second_ended.set()
+        return await first, second, budget.held
+
+    first, second, left = run(both())
+    assert isinstance(first.outcome, Accepted)
+    assert isinstance(second.outcome, Refused)
+    assert second.outcome.refusal.kind == "bound_exceeded"
+    assert second.outcome.refusal.transient  # a new request may find room
+    assert "the proxy holds" in second.outcome.refusal.message
+    assert left == 0  # both streams gave back what they held

@@ -28,6 +28,7 @@ from .support import (
     ends_with_refusal,
     gate_stream,
     keepalive_count,
+    not_canonical,
     oracle_chunks,
     request_for,
     run,
@@ -118,15 +119,16 @@ def test_the_engine_passes_what_lockgate_run_accepts_and_refuses_the_rest(
     outcome = gated.outcome
     assert verdict.accepted == isinstance(outcome, Accepted), (verdict, outcome)
     if isinstance(outcome, Accepted):
-        if keepalive_count(body, gated.gateway):
-            # An upstream keep-alive (a comment, Anthropic's `ping`) passes at once, before
-            # the frames held around it: the rest is the same bytes, none of them lost.
-            kept = without_keepalives(gated.output, gated.gateway)
-            assert kept == without_keepalives(body, gated.gateway)
-            assert keepalive_count(gated.output, gated.gateway) == keepalive_count(
-                body, gated.gateway
-            )
-        else:
+        # The client reads the upstream's events, every one in the canonical form; an
+        # upstream keep-alive (a comment: the gateway's own; Anthropic's `ping`) passes at
+        # once, before the frames held around it, none lost. A body already canonical and
+        # without keep-alives passes byte for byte.
+        assert not_canonical(gated.output, gated.gateway) == []
+        assert without_keepalives(gated.output, gated.gateway) == without_keepalives(
+            body, gated.gateway
+        )
+        assert keepalive_count(gated.output, gated.gateway) == keepalive_count(body, gated.gateway)
+        if not keepalive_count(body, gated.gateway) and not not_canonical(body, gated.gateway):
             assert gated.output == body
         return
     assert outcome.refusal.kind == verdict.kind

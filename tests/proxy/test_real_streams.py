@@ -33,6 +33,7 @@ from .support import (
     ends_with_refusal,
     gate_stream,
     keepalive_count,
+    not_canonical,
     options,
     run,
     tool_events,
@@ -156,18 +157,19 @@ async def _check(path: Path) -> tuple[str, list[str]]:
             if not accept:
                 problems.append(f"{where}: RELEASED WRONGLY (expected a refusal: {kinds})")
                 continue
-            # Keep-alives (Anthropic's `ping`) pass at once while frames are held, so they
-            # may come earlier; every other byte is the recording's, in order.
+            # Every event the recording's, in order, in the canonical form; keep-alives
+            # (comments become the gateway's own; Anthropic's `ping`) pass at once while
+            # frames are held, so they may come earlier.
             if gated.output != body:
-                rows.add("accepted (keep-alives earlier)")
-                if without_keepalives(gated.output, gated.gateway) != without_keepalives(
-                    body, gated.gateway
-                ):
-                    problems.append(f"{where}: the accepted stream's bytes changed")
-                if keepalive_count(gated.output, gated.gateway) != keepalive_count(
-                    body, gated.gateway
-                ):
-                    problems.append(f"{where}: keep-alives were lost or added")
+                rows.add("accepted (re-framed)")
+            if not_canonical(gated.output, gated.gateway):
+                problems.append(f"{where}: the output is not canonical")
+            if without_keepalives(gated.output, gated.gateway) != without_keepalives(
+                body, gated.gateway
+            ):
+                problems.append(f"{where}: the accepted stream's events changed")
+            if keepalive_count(gated.output, gated.gateway) != keepalive_count(body, gated.gateway):
+                problems.append(f"{where}: keep-alives were lost or added")
             disagreement = _disagreement(recording, outcome.decision.message)
             if disagreement:
                 problems.append(f"{where}: the decision disagrees: {disagreement}")

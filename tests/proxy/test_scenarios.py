@@ -25,6 +25,7 @@ from .support import (
     gate_turn,
     is_streaming,
     keepalive_count,
+    not_canonical,
     oracle_turn,
     request_for,
     run,
@@ -112,7 +113,11 @@ async def _check_turns(provider: str, scenario: Scenario) -> tuple[list[str], li
             if without_keepalives(gated.output, gated.gateway) != without_keepalives(
                 sent, gated.gateway
             ):
-                problems.append(f"{where}: the accepted stream's bytes changed")
+                problems.append(f"{where}: the accepted stream's events changed")
+            if not_canonical(gated.output, gated.gateway):
+                problems.append(
+                    f"{where}: not canonical: {not_canonical(gated.output, gated.gateway)}"
+                )
             if keepalive_count(gated.output, gated.gateway) < keepalive_count(sent, gated.gateway):
                 problems.append(f"{where}: upstream keep-alives were lost")
             continue

@@ -32,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ResponseFailure
 from ..events import ToolCallStarted
 from ..providers import provider as registry_entry
 from ..scripted.scenario import Scenario
-from ..sse import SSEDecoder, SSEFramer
+from ..sse import SSEDecoder, SSEFramer, canonical_frame
 from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS
 from .server import serve_script
@@ -141,21 +142,26 @@ def calls_seen(provider: str, body: bytes) -> int:
 
 
 def _content(provider: str, body: bytes) -> list[bytes]:
-    """A body's raw frames and tail, keep-alives left out (the proxy sends a held stream's
-    keep-alives at once, ahead of the frames it holds)."""
+    """What a client reads of a body: its events in the canonical form the proxy sends
+    (`sse.canonical_frame`), keep-alives and the events the protocol's decoder skips left
+    out (the proxy sends a held stream's keep-alives at once, ahead of the frames it
+    holds, and never forwards what it does not judge)."""
     entry = registry_entry(provider)
     assert entry.gateway is not None
     gateway = entry.gateway()
     framer = SSEFramer(len(body) + 1)
     frames = framer.feed(body)
     frames.extend(framer.finish())
-    kept = [
-        frame.raw
-        for frame in frames
-        if not frame.keepalive
-        and not (frame.event is not None and gateway.is_keepalive(frame.event))
-    ]
-    return [*kept, framer.tail]
+    kept: list[bytes] = []
+    for frame in frames:
+        event = frame.event
+        if event is None or gateway.is_keepalive(event) or gateway.skipped(event):
+            continue
+        try:
+            kept.append(canonical_frame(event))
+        except ResponseFailure:
+            kept.append(frame.raw)  # no client may read it: the proxy refuses it
+    return kept
 
 
 async def _naive(url: str, requests: Sequence[Mapping[str, Any]], provider: str) -> list[Answer]:

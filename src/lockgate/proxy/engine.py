@@ -5,14 +5,28 @@
 (its `tools` are what a call may name) and the upstream body as it arrives, and yields the
 bytes for the client:
 
-- **Forward, then hold.** Every SSE frame is forwarded byte for byte as soon as it is
-  complete and judged, until the first frame that carries a tool call or an action (a
-  function call's start, identity or arguments; an item or block the gateway says begins an
-  action: a provider-executed tool, an item asking the client for an action), the
-  protocol's finish (Chat's `finish_reason`, Anthropic's `message_delta`) or its terminal
-  (`response.completed`, Chat's `[DONE]`, `message_stop`). From there on
-  every frame is held, in order, so that no index or sequence number has to be rewritten;
-  comment-only frames and the protocol's keep-alive events (`ping`) still pass at once.
+- **Event for event.** A client reads only what the gate judged: each event is sent in its
+  canonical form (`sse.canonical_frame`: `event: NAME` when it has one, one `data:` line,
+  LF line ends), which every SSE reader reads alike — the specification's, the official
+  Python and TypeScript SDKs' (which strip U+FEFF from every line), clients that split lines
+  with `str.splitlines` (U+2028, U+0085, `\x0b` …) or parse each `data:` line on its own.
+  A frame that is already canonical (nearly every real one) goes out byte for byte.
+  Nothing else goes out: `id:` and `retry:` lines, fields no reader agrees on, frames
+  without data, the events the decoder skips unread (`Gateway.skipped`: Anthropic frames
+  without `event:`, a Responses `[DONE]`) and a tail no blank line ended are dropped; an
+  upstream comment becomes the gateway's own keep-alive; an event no canonical form can
+  carry (data that is not JSON and holds a line break or a separator; an odd event name)
+  refuses the stream (`malformed_event`).
+- **Forward, then hold.** Every event is forwarded as soon as it is complete and judged,
+  until the first that carries a tool call or an action (a function call's start, identity
+  or arguments; an item or block the gateway says begins an action: a provider-executed
+  tool, an item asking the client for an action), the protocol's finish (Chat's
+  `finish_reason`, Anthropic's `message_delta`) or its terminal (`response.completed`,
+  Chat's `[DONE]`, `message_stop`). From there on every event is held, in order, so that
+  no index or sequence number has to be rewritten; keep-alives (comments, the protocol's
+  keep-alive events: `ping`) still pass at once. The bytes held are bounded per stream
+  (`GatingOptions.max_held_bytes`) and, with a `HeldBudget`, across every stream of the
+  process.
 - **The judgement** is the client's (`client.StreamingModelClient._read`): the provider's
   decoder and `gate.ResponseGate` on every event, the body read to its end, a body ending
   inside an event refused as cut, the decoder's `end_of_stream`, then the upstream closed
@@ -22,9 +36,8 @@ bytes for the client:
   match the tool's schema with `validate_schemas`). Provider-executed items pass, as in
   `lockgate run`. A decision releases only when it releases every call that streamed (a
   refusal releases none: its calls are withheld).
-- **Accepted**: the held frames are released in order, unchanged, then whatever followed
-  the last frame (a comment without its blank line). Apart from keep-alives, the client
-  receives exactly the upstream bytes.
+- **Accepted**: the held events are released in order. Apart from keep-alives, the client
+  receives exactly the upstream's events (and, for canonical frames, its bytes).
 - **Refused** (a reset, a clean end too early, silence, the deadline, a broken lifecycle,
   an invalid batch, a bound): the held frames are dropped and the stream ends with ONE
   frame, the protocol's stream error (`Gateway.refusal_frame`), which says how many tool
@@ -77,7 +90,7 @@ from ..gateway import HOP_BY_HOP, Gateway, Refusal
 from ..http import ERROR_BODY_CAP_BYTES, describe
 from ..jsonlimits import parse_event
 from ..providers.base import Provider
-from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent, SSEFramer
+from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent, SSEFramer, canonical_frame
 from ..transport import check_timeout
 
 __all__ = [
@@ -88,6 +101,7 @@ __all__ = [
     "Accepted",
     "GatingOptions",
     "GatingStream",
+    "HeldBudget",
     "Hold",
     "Refused",
     "WholeVerdict",
@@ -170,11 +184,38 @@ class Refused:
 Outcome = Accepted | Refused
 
 
+class HeldBudget:
+    """The bytes that every gated stream of one process may hold at once (the frames held
+    until a response ends). A stream whose next frame does not fit is refused
+    (`bound_exceeded`, transient: a new request may find room); the others go on. Each
+    stream gives back what it took when it ends, however it ends. One event loop: not
+    thread-safe."""
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("a held-bytes budget must be at least 1 byte")
+        self.limit = limit
+        self.held = 0  # held now, by every stream
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held = max(0, self.held - size)
+
+
 class _Judge:
     """Frames, decodes and gates one stream; decides per frame whether it is forwarded now
     or held. Synchronous: the engine feeds it and sends what it says."""
 
     __slots__ = (
+        "budget",
+        "budgeted",
         "calls",
         "clock",
         "deadline_at",
@@ -201,11 +242,14 @@ class _Judge:
         deadline_at: float,
         hold: Hold = "tools",
         max_held: int = 0,
+        budget: HeldBudget | None = None,
     ) -> None:
         self.gateway = gateway
         self.terminal_only = hold == "terminal"
         self.max_held = max_held or DEFAULT_MAX_HELD_BYTES
         self.held_bytes = 0
+        self.budget = budget  # shared by every stream of the process, if any
+        self.budgeted = 0  # what this stream took of it
         self.framer = SSEFramer(max_event_bytes)
         self.decoder = gateway.new_decoder()
         self.gate = gate
@@ -255,7 +299,9 @@ class _Judge:
             )
         if len(decision.message.tool_calls) != self.calls:
             raise _ModelRefused(decision)
-        return b"".join([self.drain(), *self.held, self.framer.tail])
+        # The tail (a comment no blank line ended) is not released: nothing but judged
+        # events and keep-alives reaches a client.
+        return b"".join([self.drain(), *self.held])
 
     def _check_deadline(self) -> None:
         if self.clock() > self.deadline_at:
@@ -269,24 +315,25 @@ class _Judge:
             if not number % DEADLINE_CHECK_EVERY:
                 self._check_deadline()
             event = frame.event
-            if event is None:  # no data line: nothing to decode
-                if frame.keepalive or not self.holding:
-                    self.out.append(frame.raw)
-                else:
-                    self._hold(frame.raw)
-                continue
+            if event is None:  # no data line: nothing to decode, nothing a client may read
+                if frame.keepalive:  # an upstream comment: the gateway's own keep-alive
+                    self.out.append(gateway.keepalive())
+                continue  # `id:`, `retry:`, fields no reader agrees on: dropped
             hold = self.holding
             unreadable = gateway.unreadable_action(event)
             if unreadable is not None:
                 raise ResponseFailure(FailureKind.UNSUPPORTED_OUTPUT, unreadable)
+            # What the client will read of this event (None: nothing, as the decoder reads
+            # nothing of it); an event no form can carry unambiguously refuses the stream.
+            sent = None if gateway.skipped(event) else canonical_frame(event)
             for decoded in decoder.decode(event):
+                kind = type(decoded)
+                if kind is ToolCallStarted:
+                    self.calls += 1  # before the gate: a call beyond a bound is withheld too
                 result = gate.accept(decoded)
                 if result is not None:
                     self.decision = result
-                kind = type(decoded)
                 if kind in _HOLDS:
-                    if kind is ToolCallStarted:
-                        self.calls += 1
                     hold = hold or not self.terminal_only or kind is ResponseCompleted
                 elif isinstance(decoded, NativeOutput) and decoded.kind == "provider_output":
                     hold = hold or not self.terminal_only
@@ -295,24 +342,43 @@ class _Judge:
                     hold = gateway.is_finish(event)
                 else:
                     hold = gateway.begins_hold(event)
-            if not hold:
-                self.out.append(frame.raw)
+            if sent is None:
+                self.holding = self.holding or hold
+            elif not hold:
+                self.out.append(sent)
                 self.last = event
             elif gateway.is_keepalive(event):
-                self.out.append(frame.raw)  # a keep-alive passes, even while holding
+                self.out.append(sent)  # a keep-alive passes, even while holding
                 self.holding = True
             else:
-                self._hold(frame.raw)
+                self._hold(sent)
                 self.holding = True
 
-    def _hold(self, raw: bytes) -> None:
-        self.held_bytes += len(raw)
+    def _hold(self, frame: bytes) -> None:
+        size = len(frame)
+        self.held_bytes += size
         if self.held_bytes > self.max_held:
             raise ResponseFailure(
                 FailureKind.BOUND_EXCEEDED,
                 f"more than {self.max_held} bytes held before the response ended",
             )
-        self.held.append(raw)
+        budget = self.budget
+        if budget is not None:
+            if not budget.take(size):
+                raise ResponseFailure(
+                    FailureKind.BOUND_EXCEEDED,
+                    f"the proxy holds {budget.limit} bytes of unfinished responses, its "
+                    "limit; this one was refused",
+                    transient=True,
+                )
+            self.budgeted += size
+        self.held.append(frame)
+
+    def give_back(self) -> None:
+        """Return what this stream holds to the shared budget (it ended, either way)."""
+        if self.budget is not None and self.budgeted:
+            self.budget.give(self.budgeted)
+            self.budgeted = 0
 
 
 class _ModelRefused(Exception):
@@ -367,6 +433,7 @@ class GatingStream:
         observer: Observer = ignore_event,
         redact: Callable[[str], str] | None = None,
         started_at: float | None = None,
+        budget: HeldBudget | None = None,
     ) -> None:
         self.gateway: Gateway = _gateway(entry)
         self.options = options or GatingOptions()
@@ -376,6 +443,7 @@ class GatingStream:
         self._observer = observer
         self._redact = redact or _unchanged
         self._started_at = started_at
+        self._budget = budget
         self._used = False
 
     def __aiter__(self) -> AsyncIterator[bytes]:
@@ -398,6 +466,7 @@ class GatingStream:
             deadline_at,
             options.hold,
             options.max_held_bytes,
+            self._budget,
         )
         iterator = aiter(self._upstream)
         interval = options.keepalive_interval
@@ -472,6 +541,7 @@ class GatingStream:
         finally:
             # Abandoned (the consumer closed the iteration, or was cancelled): nothing
             # more is read, and the upstream is closed.
+            judge.give_back()
             try:
                 await _settle(read)
             finally:
@@ -544,7 +614,7 @@ def _refused(exc: BaseException, calls: int, redact: Callable[[str], str]) -> Re
         kind = "internal_error"
         reason = f"lockgate could not judge the response ({describe(exc)})"
         transient = False
-    reason = redact(reason)
+    reason = redact(reason).translate(_UNAMBIGUOUS)
     if len(reason) > MAX_MESSAGE_CHARS:
         reason = reason[:MAX_MESSAGE_CHARS] + "…"
     if calls:
@@ -553,6 +623,14 @@ def _refused(exc: BaseException, calls: int, redact: Callable[[str], str]) -> Re
     else:
         text = f"lockgate refused the response: {kind}: {reason}"
     return Refused(Refusal(kind, text, transient, calls), failure)
+
+
+# The characters some SSE readers split lines on that JSON writes raw (it escapes the
+# control characters itself): a reason quoting the upstream (a tool's name) must not carry
+# them into the refusal frame.
+_UNAMBIGUOUS = str.maketrans(
+    {"\x85": "\ufffd", "\u2028": "\ufffd", "\u2029": "\ufffd", "\ufeff": "\ufffd"}
+)
 
 
 def _broke(exc: BaseException) -> ResponseFailure:

@@ -111,6 +111,9 @@ class AnthropicGateway:
     def error_body(self, refusal: Refusal) -> bytes:
         return compact_json(_error(refusal)).encode("utf-8", "backslashreplace")
 
+    def skipped(self, event: ServerSentEvent) -> bool:
+        return event.event is None  # the SDK and the decoder skip it; litellm would not
+
     def is_keepalive(self, event: ServerSentEvent) -> bool:
         return event.event == "ping"
 

@@ -117,6 +117,9 @@ class ChatGateway:
     def error_body(self, refusal: Refusal) -> bytes:
         return compact_json(_error(refusal)).encode("utf-8", "backslashreplace")
 
+    def skipped(self, event: ServerSentEvent) -> bool:
+        return False
+
     def is_keepalive(self, event: ServerSentEvent) -> bool:
         return False
 

@@ -139,6 +139,9 @@ class ResponsesGateway:
     def error_body(self, refusal: Refusal) -> bytes:
         return compact_json({"error": _error(refusal)}).encode("utf-8", "backslashreplace")
 
+    def skipped(self, event: ServerSentEvent) -> bool:
+        return event.data == b"[DONE]"  # a gateway's sentinel, never an event here
+
     def is_keepalive(self, event: ServerSentEvent) -> bool:
         return False
 
