@@ -26,9 +26,20 @@ For every request:
   refused, a 502 with the protocol's JSON error body (the SDK raises
   `InternalServerError`).
 
+**Time bounds** (`GatingOptions.idle_timeout`, `GatingOptions.deadline`, the deadline
+counted from the request's start), as `lockgate proxy` applies them: the response head
+must arrive within both, a stream is bounded by the engine, and a whole answer's body may
+fall silent for no longer than the idle timeout and must be complete by the deadline. A
+bound that runs out is a refusal after which a new request may succeed (the protocol's
+JSON error body, marked transient, without `x-should-retry: false`, so the SDK's own
+retries apply): 504 when the head never came, 502 when the body did not; the inner
+response is closed. The client's own `httpx2` timeouts still apply underneath.
+
 The transport never retries (the SDK's own retries send a new request through it). The
-inner response is closed when the gated body ends, and when the SDK abandons it (closes
-the response early): nothing more is read from the upstream.
+inner response is closed when the gated body ends, when the SDK abandons it (closes the
+response early), and, for a body still open, when the transport is closed
+(`client.close()` after leaving a stream without closing it): nothing more is read from
+the upstream, and nothing is left for the event loop to finalize at shutdown.
 """
 
 from __future__ import annotations
@@ -36,13 +47,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import weakref
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 
+from ..errors import FailureKind
 from ..events import Event, Observer, ignore_event
-from ..gateway import Gateway
+from ..gateway import Gateway, Refusal
 from ..providers.base import Provider
 from .engine import (
     MAX_WHOLE_BYTES,
@@ -76,31 +90,46 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         self.inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
         self.options = options or GatingOptions()
         self.observer: Callable[[Event], None] = observer or ignore_event
+        # The gated bodies not yet closed (weakly: one the SDK dropped is not kept alive).
+        self._open: weakref.WeakSet[_GatedBody] = weakref.WeakSet()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         entry = route(request.method, request.url.path)
         if entry is None or entry.gateway is None:
             return await self.inner.handle_async_request(request)
+        started_at = asyncio.get_running_loop().time()
         # A body that is no JSON object (the upstream will say what is wrong with it) asks
         # for no stream and exposes no tools: a 2xx answer to it fails closed.
         native = _json_object(await request.aread()) or {}
         gateway = entry.gateway()
-        started_at = asyncio.get_running_loop().time()
-        response = await self.inner.handle_async_request(request)
+        bounds = _Bounds(started_at, self.options)
+        try:
+            async with asyncio.timeout_at(bounds.head_until()) as timer:
+                response = await self.inner.handle_async_request(request)
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            return _time_refusal(gateway, 504, bounds.lapse("no response head"))
         status = response.status_code
         if not 200 <= status < 300:
             return response
         try:
             if gates(gateway, native, status):
                 return self._streamed(entry, gateway, native, response, started_at)
-            return await self._whole(entry, native, response)
+            return await self._whole(entry, gateway, native, response, bounds)
         except BaseException:
             with contextlib.suppress(Exception):
                 await response.aclose()
             raise
 
     async def aclose(self) -> None:
-        await self.inner.aclose()
+        """Close every gated body still open (and so its inner response), then the inner
+        transport."""
+        try:
+            for body in list(self._open):
+                await body.aclose()
+        finally:
+            await self.inner.aclose()
 
     def _streamed(
         self,
@@ -118,18 +147,27 @@ class GatingTransport(httpx2.AsyncBaseTransport):
             observer=self.observer,
             started_at=started_at,
         )
+        body = _GatedBody(stream, response, self._open.discard)
+        self._open.add(body)
         return httpx2.Response(
             response.status_code,
             headers=_passed_headers(response.headers),
-            stream=_GatedBody(stream, response),
+            stream=body,
             extensions=_extensions(response),
         )
 
     async def _whole(
-        self, entry: Provider, native: dict[str, Any], response: httpx2.Response
+        self,
+        entry: Provider,
+        gateway: Gateway,
+        native: dict[str, Any],
+        response: httpx2.Response,
+        bounds: _Bounds,
     ) -> httpx2.Response:
         try:
-            body = await _read_capped(response, MAX_WHOLE_BYTES + 1)
+            body = await _read_whole(response, bounds)
+        except _Lapsed as lapsed:
+            return _time_refusal(gateway, 502, lapsed.lapse, _passed_headers(response.headers))
         finally:
             await response.aclose()
         verdict = judge_whole(
@@ -142,8 +180,7 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         )
         headers = _passed_headers(response.headers)
         if isinstance(verdict.outcome, Refused):
-            headers = [(name, value) for name, value in headers if name.lower() != "content-type"]
-            headers.append(("content-type", "application/json"))
+            headers = _json_headers(headers)
             headers.extend(verdict.headers)
         return httpx2.Response(
             verdict.status,
@@ -188,18 +225,92 @@ def _extensions(response: httpx2.Response) -> dict[str, Any]:
     return {name: response.extensions[name] for name in _EXTENSIONS if name in response.extensions}
 
 
-async def _read_capped(response: httpx2.Response, cap: int) -> bytes:
-    """The decoded body, read until its end or until `cap` bytes arrived (the rest is
-    never read)."""
+@dataclass(frozen=True, slots=True)
+class _Lapse:
+    """A time bound that ran out: its failure kind and what the client is told."""
+
+    kind: FailureKind
+    reason: str
+
+
+class _Lapsed(Exception):
+    """Reading a whole answer ran out of time (`lapse` says which bound)."""
+
+    def __init__(self, lapse: _Lapse) -> None:
+        super().__init__(lapse.reason)
+        self.lapse = lapse
+
+
+@dataclass(frozen=True, slots=True)
+class _Bounds:
+    """The time bounds of one gated request, on the loop's clock: silence for no longer
+    than `idle_timeout`, all of it by `deadline` after `started_at`."""
+
+    started_at: float
+    options: GatingOptions
+
+    @property
+    def deadline_at(self) -> float:
+        return self.started_at + self.options.deadline
+
+    def head_until(self) -> float:
+        return min(self.started_at + self.options.idle_timeout, self.deadline_at)
+
+    def read_until(self) -> float:
+        now = asyncio.get_running_loop().time()
+        return min(now + self.options.idle_timeout, self.deadline_at)
+
+    def lapse(self, silence: str) -> _Lapse:
+        """The bound that ran out now: the deadline when it has passed, else the silence
+        (`silence` says what did not come)."""
+        if asyncio.get_running_loop().time() >= self.deadline_at:
+            return _Lapse(
+                FailureKind.DEADLINE,
+                f"no complete response within the {self.options.deadline:g} s deadline",
+            )
+        return _Lapse(
+            FailureKind.IDLE_TIMEOUT,
+            f"{silence} for {self.options.idle_timeout:g} s; connection closed",
+        )
+
+
+async def _read_whole(response: httpx2.Response, bounds: _Bounds) -> bytes:
+    """The decoded body, read until its end or until more than `MAX_WHOLE_BYTES` arrived
+    (the rest is never read: `judge_whole` refuses it as too large); raises `_Lapsed` when
+    it falls silent for the idle timeout or is not complete by the deadline."""
     parts: list[bytes] = []
     size = 0
     async with contextlib.aclosing(response.aiter_bytes()) as pieces:
-        async for piece in pieces:
+        while size <= MAX_WHOLE_BYTES:
+            try:
+                async with asyncio.timeout_at(bounds.read_until()) as timer:
+                    piece = await anext(pieces, None)
+            except TimeoutError:
+                if not timer.expired():
+                    raise
+                raise _Lapsed(bounds.lapse("no bytes")) from None
+            if piece is None:
+                break
             parts.append(piece)
             size += len(piece)
-            if size >= cap:
-                break
     return b"".join(parts)
+
+
+def _time_refusal(
+    gateway: Gateway, status: int, lapse: _Lapse, headers: list[tuple[str, str]] | None = None
+) -> httpx2.Response:
+    """The refusal for a time bound that ran out: `status` and the protocol's JSON error
+    body, transient (a new request may succeed: no `x-should-retry: false`)."""
+    text = f"lockgate refused the response: {lapse.kind}: {lapse.reason}"
+    body = gateway.error_body(Refusal(str(lapse.kind), text, True, 0))
+    return httpx2.Response(status, headers=_json_headers(headers or []), content=body)
+
+
+def _json_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`headers` with the content type of a JSON error body in place of the upstream's."""
+    kept = [(name, value) for name, value in headers if name.lower() != "content-type"]
+    kept.append(("content-type", "application/json"))
+    return kept
 
 
 class _Upstream:
@@ -217,33 +328,72 @@ class _Upstream:
 
 
 class _GatedBody(httpx2.AsyncByteStream):
-    """The gated body the SDK reads: the engine's output. Closing it (the body's end, or
-    the SDK leaving early) ends the engine's iteration and closes the inner response."""
+    """The gated body the SDK reads: the engine's output. Closing it (the body's end, a
+    failure, the SDK leaving early, or the transport closing) ends the engine's iteration
+    and closes the inner response, at once and once.
 
-    def __init__(self, stream: GatingStream, response: httpx2.Response) -> None:
+    Its iterator is an object, not an async generator: an SDK that leaves a stream without
+    closing it leaves nothing of the gate for the event loop to finalize at shutdown (the
+    loop closes every pending async generator at once, and one closing another that it is
+    closing too prints `aclose(): asynchronous generator is already running`)."""
+
+    def __init__(
+        self,
+        stream: GatingStream,
+        response: httpx2.Response,
+        closed: Callable[[_GatedBody], None],
+    ) -> None:
         self.stream = stream
         self._response = response
+        self._closed_callback = closed
         self._pieces: AsyncIterator[bytes] | None = None
+        self._closed = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._pieces is not None:
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._pieces is not None or self._closed:
             raise httpx2.StreamConsumed()
-        pieces = self._pieces = aiter(self.stream)
+        self._pieces = aiter(self.stream)
+        return _Pieces(self)
+
+    async def next_piece(self) -> bytes:
+        pieces = self._pieces
+        if pieces is None or self._closed:
+            raise StopAsyncIteration
         try:
-            async for piece in pieces:
-                yield piece
-        finally:
-            await self._finish()
+            return await anext(pieces)
+        except BaseException:  # the end, a failure or a cancellation: closed now
+            await self.aclose()
+            raise
 
     async def aclose(self) -> None:
-        await self._finish()
-
-    async def _finish(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._closed_callback(self)
+        pieces = self._pieces
         try:
-            close = getattr(self._pieces, "aclose", None)
-            if close is not None:
-                await close()
+            # An iteration running elsewhere (another task reading, or the loop finalizing
+            # it) is not closed from here: closing the inner response ends its read.
+            if pieces is not None and not getattr(pieces, "ag_running", False):
+                close = getattr(pieces, "aclose", None)
+                if close is not None:
+                    await close()
         finally:
             if not self._response.is_closed:
                 with contextlib.suppress(Exception):
                     await self._response.aclose()
+
+
+class _Pieces:
+    """The iterator over a `_GatedBody` (the body closes itself at the end)."""
+
+    __slots__ = ("_body",)
+
+    def __init__(self, body: _GatedBody) -> None:
+        self._body = body
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await self._body.next_piece()
