@@ -111,6 +111,8 @@ def test_a_failed_write_leaves_no_file_and_is_reported(
     def fail(source: str, target: object) -> None:
         raise OSError(28, "No space left on device")
 
+    # The finished file is placed by a link (never over a file) or a rename: both fail.
+    monkeypatch.setattr("lockgate.cassette.format.os.link", fail)
     monkeypatch.setattr("lockgate.cassette.format.os.replace", fail)
     assert exchange.finish() is None
     assert list(tmp_path.iterdir()) == []  # no cassette, no temporary file

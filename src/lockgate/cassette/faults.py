@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from ..scripted.script import Action, Hang, Pause, Reset
-from .format import Cassette
+from .format import Cassette, header_problem
 
 __all__ = [
     "FAULT_KINDS",
@@ -469,9 +469,15 @@ def playback(
     timing: Literal["recorded", "fast"] = "fast",
 ) -> Playback:
     """The recorded exchange with `faults` applied, in order (see the module docstring).
-    ValueError when a fault addresses an event the exchange does not have."""
+    ValueError when a fault addresses an event the exchange does not have, or when a
+    recorded header cannot be sent as is (`format.header_problem`: a value holding CR or
+    LF would add a header of its own)."""
     if timing not in ("recorded", "fast"):
         raise ValueError("timing must be 'recorded' or 'fast'")
+    for name, value in cassette.headers:
+        problem = header_problem(name, value)
+        if problem is not None:
+            raise ValueError(problem)
     events = _events_in(cassette)
     for fault in faults:
         _check_fits(fault, events)

@@ -24,6 +24,18 @@ Events are not stored: they are derived from the bytes when a cassette is loaded
 (`Cassette.frames`), so that a fault can address an event and a byte alike. What a reader does
 not know (a newer version, a field of the wrong type, a line that is not JSON) is a
 `CassetteError` with a one-line reason naming the file and line.
+
+Every line ends with a line feed and holds no other character a common line splitter splits
+on: JSON escapes the control characters, and the writer also escapes U+0085, U+2028 and
+U+2029 (which `str.splitlines` and JavaScript's line terminators split on) and lone
+surrogates, as JSON `u` escapes. The reader splits on line feeds alone, so that a file
+written before the writer escaped them still reads. A response header must be one a server
+can send as is (`header_problem`: a token for a name, no control character but tab in a
+value): one that is not, such as a value holding CR or LF that would add a header of its own
+when served, is refused when read and never written. The writer refuses whatever the reader
+would refuse, and a cassette larger than `MAX_CASSETTE_BYTES`. Only regular files are read
+(`read_text`): a named pipe, a device, a socket or a folder is refused before any read, and
+the open never waits (it is non-blocking), so nothing hangs on one.
 """
 
 from __future__ import annotations
@@ -31,8 +43,11 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import json
 import os
+import re
+import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -48,10 +63,12 @@ __all__ = [
     "SECRET_HEADERS",
     "Cassette",
     "CassetteError",
+    "CassetteExistsError",
     "Ending",
     "Read",
     "Verdict",
     "dumps",
+    "header_problem",
     "load",
     "load_all",
     "loads",
@@ -69,6 +86,47 @@ _ENDINGS: tuple[Ending, ...] = ("clean", "reset", "timeout")
 
 class CassetteError(ValueError):
     """A cassette that cannot be read or written, with a one-line reason."""
+
+
+class CassetteExistsError(CassetteError):
+    """`save(..., replace=False)` found a file already at the path (left as it was)."""
+
+
+# Characters JSON leaves raw in a string that a line splitter may split on (`str.splitlines`,
+# JavaScript's line terminators), and lone surrogates (no UTF-8 for them): written escaped.
+_SPLITS_OR_NOT_UTF8 = re.compile("[\x85\u2028\u2029\ud800-\udfff]")
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+# In a header value: every control character but tab (CR, LF and NUL among them), and lone
+# surrogates (a value that is not text).
+_NOT_IN_VALUE = re.compile("[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
+
+
+def _json_line(value: object) -> str:
+    """`value` as one JSON line that every line splitter reads as one line."""
+    text = json.dumps(value, ensure_ascii=False)
+    return _SPLITS_OR_NOT_UTF8.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a response header cannot be sent as is (its name is not an HTTP token, or its
+    value holds a control character other than tab, such as CR, LF or NUL, or a lone
+    surrogate: bytes that were not text), or None."""
+    shown = repr(name[:60])
+    if _TOKEN.fullmatch(name) is None:
+        return f"header name {shown} is not an HTTP token"
+    if _NOT_IN_VALUE.search(value) is not None:
+        return (
+            f"header {shown} holds a control character (CR, LF, NUL, ...) or bytes that are "
+            "not text in its value"
+        )
+    return None
+
+
+def _check_headers(headers: Iterable[tuple[str, str]], where: str) -> None:
+    for name, value in headers:
+        problem = header_problem(name, value)
+        if problem is not None:
+            raise CassetteError(f"{where}: {problem}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +205,14 @@ def _encode_read(read: Read) -> dict[str, Any]:
 
 
 def dumps(cassette: Cassette) -> str:
-    """The cassette as JSON Lines (every line ends with a newline)."""
+    """The cassette as JSON Lines (every line ends with a newline, and holds no other
+    character a line splitter splits on); CassetteError for a header `header_problem`
+    refuses."""
+    return _dumps(cassette, cassette.source or "<cassette>")
+
+
+def _dumps(cassette: Cassette, where: str) -> str:
+    _check_headers(cassette.headers, where)
     header = {
         "lockgate_cassette": CASSETTE_VERSION,
         "protocol": cassette.protocol,
@@ -160,8 +225,8 @@ def dumps(cassette: Cassette) -> str:
         "recorded_at": cassette.recorded_at,
         "verdict": None if cassette.verdict is None else cassette.verdict.as_json(),
     }
-    lines = [json.dumps(header, ensure_ascii=False)]
-    lines.extend(json.dumps(_encode_read(read), ensure_ascii=False) for read in cassette.reads)
+    lines = [_json_line(header)]
+    lines.extend(_json_line(_encode_read(read)) for read in cassette.reads)
     if cassette.end != "clean" or cassette.end_at is not None:
         end: dict[str, Any] = {"end": cassette.end}
         if cassette.end_at is not None:
@@ -200,8 +265,8 @@ def _verdict(value: object, where: str) -> Verdict | None:
 
 def loads(text: str, source: str = "<cassette>") -> Cassette:
     """A cassette from its JSON Lines text; CassetteError (naming `source` and the line)
-    for anything else."""
-    lines = text.splitlines()
+    for anything else. Lines are split on line feeds alone (see the module docstring)."""
+    lines = text.split("\n")
     if not lines or not lines[0].strip():
         raise CassetteError(f"{source}: empty, not a cassette")
     records: list[Mapping[str, Any]] = []
@@ -232,6 +297,7 @@ def loads(text: str, source: str = "<cassette>") -> Cassette:
         ):
             raise CassetteError(f"{where}: every header must be a [name, value] pair of strings")
         pairs.append((pair[0], pair[1]))
+    _check_headers(pairs, where)
     status = _field(header, "status", int, where)
     if not 100 <= status <= 599:
         raise CassetteError(f"{where}: status {status} is not an HTTP status")
@@ -279,22 +345,69 @@ def loads(text: str, source: str = "<cassette>") -> Cassette:
     )
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+_READ_CHUNK = 1 << 20
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file that is not a regular file is ("a named pipe", …), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), "another kind of file")
+
+
 def read_text(path: Path, encoding: str = "utf-8") -> str:
-    """A file's text, read under `MAX_CASSETTE_BYTES`; CassetteError with a one-line reason
-    naming the file when it cannot be read, is too large or is not text in `encoding`."""
+    """A regular file's text, read under `MAX_CASSETTE_BYTES`; CassetteError with a
+    one-line reason naming the file when it cannot be read, is not a regular file (a named
+    pipe, a device, a socket, a folder: refused without blocking, it is opened non-blocking
+    and never read), is too large or is not text in `encoding`."""
+    raw, too_large = b"", False
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CASSETTE_BYTES + 1)
+        kind = _not_regular(os.stat(path).st_mode)
+        if kind is None:
+            descriptor = os.open(
+                path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+            )
+            try:
+                # It may have been swapped for another kind of file since the stat.
+                status = os.fstat(descriptor)
+                kind = _not_regular(status.st_mode)
+                too_large = status.st_size > MAX_CASSETTE_BYTES
+                raw = b"" if kind is not None or too_large else _read_bounded(descriptor)
+            finally:
+                os.close(descriptor)
     except OSError as exc:
         raise CassetteError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a NUL byte in the path
         raise CassetteError(f"cannot read {path!r}: {exc}") from None
-    if len(raw) > MAX_CASSETTE_BYTES:
+    if kind is not None:
+        raise CassetteError(f"{path}: not a regular file ({kind})")
+    if too_large or len(raw) > MAX_CASSETTE_BYTES:
         raise CassetteError(f"{path}: larger than {MAX_CASSETTE_BYTES} bytes")
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError:
         raise CassetteError(f"{path}: not UTF-8 text") from None
+
+
+def _read_bounded(descriptor: int) -> bytes:
+    """At most `MAX_CASSETTE_BYTES + 1` bytes of an open file, read in pieces (never a
+    buffer of the whole bound up front; the file may grow while it is read)."""
+    pieces: list[bytes] = []
+    total = 0
+    while total <= MAX_CASSETTE_BYTES:
+        piece = os.read(descriptor, min(_READ_CHUNK, MAX_CASSETTE_BYTES + 1 - total))
+        if not piece:
+            break
+        pieces.append(piece)
+        total += len(piece)
+    return b"".join(pieces)
 
 
 def load(path: Path) -> Cassette:
@@ -304,7 +417,7 @@ def load(path: Path) -> Cassette:
 
 def load_all(target: Path) -> list[Cassette]:
     """A cassette file, or every `*.cassette.jsonl` in a folder, in name order (a folder
-    without any is an error)."""
+    without any is an error; so is one of them that is not a regular file)."""
     if target.is_dir():
         files = sorted(p for p in target.iterdir() if p.name.endswith(CASSETTE_SUFFIX))
         if not files:
@@ -313,27 +426,61 @@ def load_all(target: Path) -> list[Cassette]:
     return [load(target)]
 
 
-def save(cassette: Cassette, path: Path) -> None:
+def save(cassette: Cassette, path: Path, *, replace: bool = True) -> None:
     """Write a cassette atomically: a temporary file in the same folder, flushed, then
-    renamed over `path`, so that no reader ever sees half a cassette."""
-    text = dumps(cassette)
+    renamed over `path` (`replace`) or linked to `path` only if nothing is there (else
+    `CassetteExistsError`, the file there left as it was), so that no reader ever sees half
+    a cassette. CassetteError for a cassette no reader would read back (see `dumps`, and
+    `MAX_CASSETTE_BYTES`)."""
+    data = _dumps(cassette, str(path)).encode("utf-8")
+    if len(data) > MAX_CASSETTE_BYTES:
+        raise CassetteError(
+            f"cannot write {path}: {len(data)} bytes, more than the {MAX_CASSETTE_BYTES} a "
+            "cassette may hold"
+        )
     folder = path.parent
     try:
         handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below, renamed after
-            "w", encoding="utf-8", dir=folder, prefix=".", suffix=".tmp", delete=False
+            "wb", dir=folder, prefix=".", suffix=".tmp", delete=False
         )
     except OSError as exc:
         raise CassetteError(f"cannot write in {folder}: {exc.strerror or exc}") from None
     try:
         with handle:
-            handle.write(text)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(handle.name, path)
+        if replace:
+            os.replace(handle.name, path)
+        else:
+            _place_new(Path(handle.name), path)
+    except FileExistsError:
+        raise CassetteExistsError(f"{path}: already exists (not overwritten)") from None
     except OSError as exc:
+        raise CassetteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
         with contextlib.suppress(OSError):
             os.unlink(handle.name)
-        raise CassetteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _place_new(written: Path, path: Path) -> None:
+    """Give the finished file `written` the name `path` unless `path` exists
+    (FileExistsError): a hard link, which fails when the name is taken; where the file
+    system has none, the name is taken first with an exclusive create, then replaced."""
+    try:
+        os.link(written, path)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.close(descriptor)
+    try:
+        os.replace(written, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
 
 
 # Headers a cassette never keeps: credentials and cookies, in either direction.

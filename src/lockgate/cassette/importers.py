@@ -3,9 +3,21 @@ vcrpy / pytest-recording cassettes (YAML or JSON, one exchange per interaction).
 
 Every source is read and converted before anything is written (`import_sources`), so that a
 bad file costs nothing but its one-line `CassetteError`; `write_imported` then saves each
-cassette atomically (`format.save`). Their recorded read boundaries are not known: each body
-is one read at t=0. The verdict is null (lockgate did not decide on them when they were
-recorded): `lockgate lab --cassettes` takes the unfaulted run as the reference.
+cassette atomically (`format.save`), and never over a file already there: when any of the
+names is taken, nothing is written (the names come from the sources, so a taken name is
+almost always the same exchange imported before; a renamed copy would be judged twice).
+Their recorded read boundaries are not known: each body is one read at t=0. The verdict is
+null (lockgate did not decide on them when they were recorded): `lockgate lab --cassettes`
+takes the unfaulted run as the reference.
+
+What one import holds is bounded: every response body, once decoded (gzip, deflate,
+base64, YAML `!!binary`), counts against `MAX_IMPORT_BYTES` for the whole import, and a
+compressed body is decompressed piece by piece under what is left of it, so that a small
+compressed file that would decompress to gigabytes costs no more than the bound before its
+one-line `CassetteError`. Only regular files are read (`format.read_text`): a named pipe, a
+device, a socket or a folder given as a source (or named like one in a source folder) is a
+one-line error, never a hang. Header names and values are checked as `format.load` checks
+them (`format.header_problem`): a value holding CR or LF is a bad source.
 
 What is dropped: credentials and cookies (`public_headers`), the query of the URL (where
 keys travel), and the headers that no longer describe the stored body (`content-encoding`
@@ -21,7 +33,6 @@ import base64
 import binascii
 import datetime
 import email.utils
-import gzip
 import json
 import re
 import zlib
@@ -36,15 +47,19 @@ from .format import (
     MAX_CASSETTE_BYTES,
     Cassette,
     CassetteError,
+    CassetteExistsError,
     Read,
+    header_problem,
     read_text,
     save,
 )
 from .format import public_headers as _public_headers
 
 __all__ = [
+    "MAX_IMPORT_BYTES",
     "PROTOCOLS",
     "SOURCE_SUFFIXES",
+    "BodyBudget",
     "Imported",
     "Skipped",
     "Sources",
@@ -62,6 +77,36 @@ _TRANSFER_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 )
 _WHAT_URL = re.compile(r"\((?:POST|GET|PUT) (\S+?)\)")
+# The response bodies one import holds in all, decoded (a cassette larger than this could
+# not be read back anyway).
+MAX_IMPORT_BYTES = MAX_CASSETTE_BYTES
+_INFLATE_PIECE = 1 << 16  # the most a decompressor writes before its output is counted
+
+
+class BodyBudget:
+    """What is left of `MAX_IMPORT_BYTES` for the decoded response bodies of one import."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_IMPORT_BYTES if limit is None else limit
+        self.left = self.limit
+
+    def over(self, where: str) -> CassetteError:
+        """The one-line error for a body that does not fit in what is left."""
+        if self.left == self.limit:
+            return CassetteError(
+                f"{where}: the response body decodes past {self.limit} bytes, the most one "
+                "import holds"
+            )
+        return CassetteError(
+            f"{where}: the response bodies decode past {self.limit} bytes in all, the most "
+            "one import holds (import fewer sources at a time)"
+        )
+
+    def take(self, size: int, where: str) -> None:
+        """Count a decoded body of `size` bytes; CassetteError past the bound."""
+        if size > self.left:
+            raise self.over(where)
+        self.left -= size
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +247,7 @@ _DEFAULT_PATHS = {
 
 
 def _real_stream(
-    document: Mapping[str, Any], where: str, stem: str, protocol: str | None
+    document: Mapping[str, Any], where: str, stem: str, protocol: str | None, budget: BodyBudget
 ) -> Sources:
     recorded = document.get("protocol")
     if not isinstance(recorded, str):
@@ -225,6 +270,7 @@ def _real_stream(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
         raise CassetteError(f"{where}: `headers` must be an object of strings")
+    _check_headers(headers.items(), where)
     source = document.get("source")
     what = source.get("what") if isinstance(source, Mapping) else None
     found = _WHAT_URL.search(what) if isinstance(what, str) else None
@@ -237,6 +283,7 @@ def _real_stream(
         data = body.encode("utf-8")
     except UnicodeEncodeError:
         raise CassetteError(f"{where}: `body` holds a lone surrogate") from None
+    budget.take(len(data), where)
     cassette = _cassette(
         recorded,
         url,
@@ -311,7 +358,17 @@ def _header_pairs(raw: object, where: str) -> list[tuple[str, str]]:
             if not isinstance(name, str) or isinstance(value, Mapping | list):
                 raise CassetteError(f"{where}: header {name!r} is not text")
             pairs.append((name, str(value)))
+    _check_headers(pairs, where)
     return pairs
+
+
+def _check_headers(pairs: Iterable[tuple[str, str]], where: str) -> None:
+    """Every header one a server can send as is (`format.header_problem`), dropped or not:
+    a source holding one that is not is a bad source."""
+    for name, value in pairs:
+        problem = header_problem(name, value)
+        if problem is not None:
+            raise CassetteError(f"{where}: {problem}")
 
 
 def _body_bytes(raw: object, where: str) -> bytes:
@@ -329,8 +386,21 @@ def _body_bytes(raw: object, where: str) -> bytes:
     raise CassetteError(f"{where}: the response body is neither text nor `!!binary`")
 
 
-def _decoded(body: bytes, headers: Sequence[tuple[str, str]], where: str) -> bytes | str:
-    """The body without its content coding (gzip, deflate), or the reason it cannot be."""
+def _decoded(
+    body: bytes, headers: Sequence[tuple[str, str]], where: str, budget: BodyBudget
+) -> bytes | str:
+    """The body without its content coding (gzip, deflate), or the reason it cannot be.
+    Each coding is undone piece by piece, never past what is left of `budget`
+    (CassetteError); the caller counts what is kept."""
+    try:
+        return _undo_codings(body, headers, where, budget.left)
+    except _PastLimit:
+        raise budget.over(where) from None
+
+
+def _undo_codings(
+    body: bytes, headers: Sequence[tuple[str, str]], where: str, limit: int
+) -> bytes | str:
     codings = [
         part.strip().lower()
         for name, value in headers
@@ -342,27 +412,66 @@ def _decoded(body: bytes, headers: Sequence[tuple[str, str]], where: str) -> byt
         if coding == "identity":
             continue
         if coding in ("gzip", "x-gzip"):
-            try:
-                body = gzip.decompress(body)
-            except (OSError, EOFError, zlib.error):
-                raise CassetteError(
-                    f"{where}: the body says content-encoding gzip but is not gzip"
-                ) from None
+            body = _gunzip(body, where, limit)
         elif coding == "deflate":
             try:
-                body = zlib.decompress(body)
+                body = _inflate(body, zlib.MAX_WBITS, limit)
             except zlib.error:
                 try:
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)
+                    body = _inflate(body, -zlib.MAX_WBITS, limit)
                 except zlib.error:
                     raise CassetteError(
                         f"{where}: the body says content-encoding deflate but is not"
                     ) from None
         else:
             return f"content-encoding {coding} is not one this importer decodes"
-        if len(body) > MAX_CASSETTE_BYTES:
-            raise CassetteError(f"{where}: the body decompresses past {MAX_CASSETTE_BYTES} bytes")
     return body
+
+
+class _PastLimit(Exception):
+    """A decompressor's output went past its limit."""
+
+
+def _inflate_member(data: bytes, wbits: int, limit: int, out: bytearray) -> bytes:
+    """Decompress one zlib, raw deflate or gzip stream at the start of `data` into `out`,
+    `_INFLATE_PIECE` bytes at a time, never past `limit` bytes in `out` (`_PastLimit`);
+    zlib.error when it is not one, or is cut short. Returns the bytes after it."""
+    decompressor = zlib.decompressobj(wbits)
+    pending = data
+    while not decompressor.eof:
+        room = limit + 1 - len(out)
+        piece = decompressor.decompress(pending, min(_INFLATE_PIECE, room))
+        out += piece
+        if len(out) > limit:
+            raise _PastLimit
+        pending = decompressor.unconsumed_tail
+        if not piece and not pending:
+            raise zlib.error("the compressed stream is cut short")
+    return decompressor.unused_data
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    """One zlib or raw deflate stream, decompressed under `limit` (what follows it is
+    ignored, as `zlib.decompress` ignores it)."""
+    out = bytearray()
+    _inflate_member(data, wbits, limit, out)
+    return bytes(out)
+
+
+def _gunzip(data: bytes, where: str, limit: int) -> bytes:
+    """gzip (one member or several, NUL padding between them allowed, as `gzip.decompress`
+    reads it), decompressed under `limit`; CassetteError when it is not gzip, `_PastLimit`
+    past the limit."""
+    out = bytearray()
+    rest = data
+    try:
+        while rest:
+            rest = _inflate_member(rest, zlib.MAX_WBITS | 16, limit, out).lstrip(b"\0")
+    except zlib.error:
+        raise CassetteError(
+            f"{where}: the body says content-encoding gzip but is not gzip"
+        ) from None
+    return bytes(out)
 
 
 def _status(raw: object, where: str) -> int:
@@ -374,7 +483,9 @@ def _status(raw: object, where: str) -> int:
     return code
 
 
-def _interaction(raw: object, where: str, name: str, protocol: str | None) -> Imported | Skipped:
+def _interaction(
+    raw: object, where: str, name: str, protocol: str | None, budget: BodyBudget
+) -> Imported | Skipped:
     if not isinstance(raw, Mapping):
         raise CassetteError(f"{where}: an interaction is not a mapping")
     request, response = raw.get("request"), raw.get("response")
@@ -399,25 +510,29 @@ def _interaction(raw: object, where: str, name: str, protocol: str | None) -> Im
     assert chosen is not None
     if method.upper() != "POST":
         return Skipped(where, f"a {method.upper()} request, not a model request")
-    decoded = _decoded(body, headers, where)
+    decoded = _decoded(body, headers, where, budget)
     if isinstance(decoded, str):
         return Skipped(where, decoded)
     if status < 400 and not _is_event_stream(headers):
         return Skipped(where, f"HTTP {status} without an event stream (not a streamed response)")
+    budget.take(len(decoded), where)
     cassette = _cassette(
         chosen, uri, method, _request_json(request.get("body")), status, headers, decoded, where
     )
     return Imported(name, cassette, where)
 
 
-def _vcr(document: Mapping[str, Any], where: str, stem: str, protocol: str | None) -> Sources:
+def _vcr(
+    document: Mapping[str, Any], where: str, stem: str, protocol: str | None, budget: BodyBudget
+) -> Sources:
     interactions = document.get("interactions")
     if not isinstance(interactions, list):
         raise CassetteError(f"{where}: `interactions` is not a list")
     imported: list[Imported] = []
     skipped: list[Skipped] = []
     for index, raw in enumerate(interactions):
-        result = _interaction(raw, f"{where}#{index}", f"{stem}-{index}{CASSETTE_SUFFIX}", protocol)
+        name = f"{stem}-{index}{CASSETTE_SUFFIX}"
+        result = _interaction(raw, f"{where}#{index}", name, protocol, budget)
         if isinstance(result, Imported):
             imported.append(result)
         else:
@@ -438,10 +553,13 @@ def _stem(path: Path) -> str:
     return name
 
 
-def import_file(path: Path, protocol: str | None = None) -> Sources:
+def import_file(
+    path: Path, protocol: str | None = None, *, budget: BodyBudget | None = None
+) -> Sources:
     """The exchanges of one source file (a real-streams JSON file or a vcrpy cassette,
     told apart by their fields); CassetteError, one line naming the file, for anything
-    else."""
+    else. Its decoded bodies count against `budget` (default: a budget of its own)."""
+    budget = BodyBudget() if budget is None else budget
     if protocol is not None and protocol not in PROTOCOLS:
         raise CassetteError(f"unknown protocol {protocol!r} (known: {', '.join(PROTOCOLS)})")
     where = str(path)
@@ -457,9 +575,9 @@ def import_file(path: Path, protocol: str | None = None) -> Sources:
     else:
         document = _yaml(text, where)
     if isinstance(document, Mapping) and "interactions" in document:
-        return _vcr(document, where, _stem(path), protocol)
+        return _vcr(document, where, _stem(path), protocol, budget)
     if isinstance(document, Mapping) and "protocol" in document and "body" in document:
-        return _real_stream(document, where, _stem(path), protocol)
+        return _real_stream(document, where, _stem(path), protocol, budget)
     raise CassetteError(
         f"{where}: neither a vcrpy cassette (`interactions`) nor a recorded stream "
         "(`protocol`, `body`)"
@@ -468,15 +586,12 @@ def import_file(path: Path, protocol: str | None = None) -> Sources:
 
 def source_files(sources: Sequence[Path]) -> list[Path]:
     """The files to read: each file given, and every `*.json`, `*.yaml`, `*.yml` in a
-    folder given (name order, not recursive)."""
+    folder given (name order, not recursive; one so named that is not a regular file, a
+    folder or a named pipe, is read as a file and refused)."""
     files: list[Path] = []
     for source in sources:
         if source.is_dir():
-            found = sorted(
-                p
-                for p in source.iterdir()
-                if p.is_file() and p.name.lower().endswith(SOURCE_SUFFIXES)
-            )
+            found = sorted(p for p in source.iterdir() if p.name.lower().endswith(SOURCE_SUFFIXES))
             if not found:
                 raise CassetteError(f"{source}: no *.json, *.yaml or *.yml files in this folder")
             files.extend(found)
@@ -486,13 +601,15 @@ def source_files(sources: Sequence[Path]) -> list[Path]:
 
 
 def import_sources(sources: Sequence[Path], protocol: str | None = None) -> Sources:
-    """Every exchange of every source, converted (nothing written yet). Two exchanges that
-    would take the same file name get `-2`, `-3`, … before the suffix."""
+    """Every exchange of every source, converted (nothing written yet), their decoded
+    bodies under `MAX_IMPORT_BYTES` in all. Two exchanges that would take the same file name
+    get `-2`, `-3`, … before the suffix."""
     imported: list[Imported] = []
     skipped: list[Skipped] = []
     taken: set[str] = set()
+    budget = BodyBudget()
     for path in source_files(sources):
-        found = import_file(path, protocol)
+        found = import_file(path, protocol, budget=budget)
         skipped.extend(found.skipped)
         for item in found.imported:
             name, number = item.name, 1
@@ -505,16 +622,37 @@ def import_sources(sources: Sequence[Path], protocol: str | None = None) -> Sour
 
 
 def write_imported(found: Sources, folder: Path) -> list[Path]:
-    """Save every imported cassette in `folder` (made if missing), each atomically."""
+    """Save every imported cassette in `folder` (made if missing), each atomically and
+    never over a file already there: when any name is taken, CassetteError naming it and
+    nothing written. (Should a file appear under a name while the others are written, that
+    one is refused all the same, `format.save(replace=False)`, and the error names it.)"""
     if folder.exists() and not folder.is_dir():
         raise CassetteError(f"{folder}: not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CassetteError(f"cannot make {folder}: {exc.strerror or exc}") from None
-    written = []
+    taken = [
+        folder / item.name
+        for item in found.imported
+        if (folder / item.name).is_symlink() or (folder / item.name).exists()
+    ]
+    if taken:
+        more = f" (and {len(taken) - 1} more)" if len(taken) > 1 else ""
+        raise CassetteError(
+            f"{taken[0]} already exists{more}; cassette import never overwrites a cassette "
+            "(remove it, or import --to another folder)"
+        )
+    written: list[Path] = []
     for item in found.imported:
         path = folder / item.name
-        save(item.cassette, path)
+        try:
+            save(item.cassette, path, replace=False)
+        except CassetteExistsError:
+            done = f" ({len(written)} written before it)" if written else ""
+            raise CassetteError(
+                f"{path} already exists: it appeared during the import and was not "
+                f"overwritten{done}"
+            ) from None
         written.append(path)
     return written

@@ -3,15 +3,19 @@ DIR`.
 
 `CassetteRecorder` owns one folder: each exchange it records becomes one file,
 `NNNN-<protocol>-<YYYYmmddTHHMMSS>.cassette.jsonl` (NNNN counting on from the highest number
-already in the folder, so that nothing there is overwritten), written atomically
-(`format.save`). An `Exchange` is filled in as the exchange goes: the response head
-(`head`), every transport read with its time since the head (`read`, or `tap` around the
-body), how the body ended (`end`), the verdict (`decide`), then `finish` writes it.
+already in the folder, so that nothing there is overwritten; a name taken meanwhile, by
+another recorder in the same folder, moves on to the next number), written atomically
+(`format.save`, never replacing a file). An `Exchange` is filled in as the exchange goes:
+the response head (`head`), every transport read with its time since the head (`read`, or
+`tap` around the body), how the body ended (`end`), the verdict (`decide`), then `finish`
+writes it.
 
 Nothing secret reaches the disk. Before a cassette is written, every secret (the key, the
 client's credentials, each `--redact-env` value) is replaced with `[redacted]` in the body,
 the request, the headers and the base URL; credential and cookie headers are dropped
-(`format.public_headers`); the base URL loses any `user:password@` and query. The body is
+(`format.public_headers`), and so are headers a server could not send back as they are
+(`format.header_problem`: a value holding a control character or bytes that are not
+text); the base URL loses any `user:password@` and query. The body is
 redacted whole, across read boundaries: the reads are joined, the secrets replaced in the
 joined bytes, and the bytes split again at the original boundaries (a boundary inside a
 secret moves to the end of its replacement). A secret is found in each form lockgate
@@ -55,9 +59,11 @@ from .format import (
     CASSETTE_SUFFIX,
     Cassette,
     CassetteError,
+    CassetteExistsError,
     Ending,
     Read,
     Verdict,
+    header_problem,
     public_headers,
     save,
 )
@@ -335,9 +341,13 @@ class CassetteRecorder:
             while True:
                 self._number += 1
                 path = self.folder / f"{self._number:04d}-{protocol}-{stamp}{CASSETTE_SUFFIX}"
-                if not path.exists():
-                    break
-            save(cassette, path)
+                if path.exists() or path.is_symlink():
+                    continue
+                try:
+                    save(cassette, path, replace=False)
+                except CassetteExistsError:
+                    continue  # taken since the look: the next number
+                break
             self.saved.append(path)
         return path
 
@@ -445,6 +455,7 @@ class Exchange:
             headers=tuple(
                 (scrub.text(name), scrub.text(value))
                 for name, value in public_headers(self.headers)
+                if header_problem(name, value) is None
             ),
             recorded_at=self.started.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             reads=reads,

@@ -3,10 +3,12 @@ cassettes, one per exchange.
 
 SRC: real-streams JSON files, vcrpy / pytest-recording cassettes (YAML or JSON), or folders of
 them (`*.json`, `*.yaml`, `*.yml`). Every source is read and converted before any file is
-written, and each cassette is written atomically: a bad source is one line naming it (exit
-2) and nothing written. Stdout: one `skipped ORIGIN: REASON` line per exchange not
-imported, then `wrote N cassettes to DIR`. Exit 0; 2 for a bad source, a folder that cannot
-be written, or nothing importable.
+written, and each cassette is written atomically and never over an existing file: a bad
+source (one that is not a regular file, a header that would inject another, bodies that
+decode past the import's bound, `importers.MAX_IMPORT_BYTES`) or a cassette name already
+taken in DIR is one line naming it (exit 2) and nothing written. Stdout: one `skipped
+ORIGIN: REASON` line per exchange not imported, then `wrote N cassettes to DIR`. Exit 0; 2
+for a bad source, a name taken, a folder that cannot be written, or nothing importable.
 """
 
 from __future__ import annotations
