@@ -219,3 +219,102 @@ def _is_finish(provider: str, frame: bytes) -> bool:
 def test_hold_must_be_a_known_mode() -> None:
     with pytest.raises(ValueError, match="hold must be one of tools, terminal"):
         GatingOptions(hold="everything")  # type: ignore[arg-type]
+
+
+# --- a whole answer is judged entry by entry, as the client reads it (issue 22, M1) ----------
+
+
+def _chat_answer(tool_calls: list[dict[str, Any]], **choice: Any) -> dict[str, Any]:
+    message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+    first = {"index": 0, "message": message, "finish_reason": "tool_calls", **choice}
+    return {
+        "id": "chatcmpl-whole",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [first],
+    }
+
+
+def _tool_call(call_id: str, arguments: str, **extra: Any) -> dict[str, Any]:
+    function = {"name": "edit", "arguments": arguments}
+    return {"id": call_id, "type": "function", "function": function, **extra}
+
+
+def test_chat_entries_that_name_one_index_are_not_merged() -> None:
+    # The client (`message.tool_calls`, a list) reads two entries: the judged edit, and one
+    # with the same id and empty arguments. Merged by their `index`, the gate saw one call.
+    answer = _chat_answer(
+        [
+            _tool_call("call_1", json.dumps(EDIT_FIX), index=0),
+            _tool_call("call_1", "", index=0),
+        ]
+    )
+    verdict = judged("chat", json.dumps(answer).encode())
+    assert isinstance(verdict.outcome, Refused)
+    assert verdict.outcome.refusal.kind == "invalid_batch"
+    assert verdict.outcome.refusal.withheld == 2
+
+
+def test_chat_entries_are_judged_in_the_order_the_client_reads_them() -> None:
+    # Their own `index`es say the opposite order; the client runs them in list order.
+    first = _tool_call("call_1", json.dumps({"path": "README.md"}), index=1)
+    first["function"]["name"] = "read"
+    answer = _chat_answer([first, _tool_call("call_2", json.dumps(EDIT_FIX), index=0)])
+    verdict = judged("chat", json.dumps(answer).encode())
+    assert isinstance(verdict.outcome, Accepted)
+    calls = verdict.outcome.decision.message.tool_calls
+    assert [call.id for call in calls] == ["call_1", "call_2"]
+
+
+def test_chat_choices_that_name_one_index_are_two_choices() -> None:
+    # `choices[0]` is what a client reads; a second choice that says `index: 0` too would
+    # be merged into it by the stream's rules.
+    answer = _chat_answer([_tool_call("call_1", '{"path": "calculator.py", ')])
+    answer["choices"][0]["finish_reason"] = None
+    second = {
+        "index": 0,
+        "message": {
+            "role": "assistant",
+            "tool_calls": [_tool_call("call_1", '"old": "return a - b", "new": "return a + b"}')],
+        },
+        "finish_reason": "tool_calls",
+    }
+    answer["choices"].append(second)
+    verdict = judged("chat", json.dumps(answer).encode())
+    assert isinstance(verdict.outcome, Refused)
+    assert verdict.outcome.refusal.kind == "lifecycle"
+
+
+def test_anthropic_content_that_is_not_a_list_is_refused() -> None:
+    # Read as no blocks, the gate would accept a body whose one block it never judged.
+    body = json.loads(completion("anthropic", Reply("resp_dict", (edit("shell", {"c": 1}),))))
+    [block] = body["content"]
+    body["content"] = block
+    verdict = judged("anthropic", json.dumps(body).encode())
+    assert isinstance(verdict.outcome, Refused)
+    assert verdict.outcome.refusal.kind == "malformed_event"
+
+
+def test_every_responses_output_item_is_judged_in_its_place() -> None:
+    # Each item the client reads in `output`: a call after text, an action item lockgate
+    # has no executor for (refused), two calls that share an item id (refused).
+    body = json.loads(completion("responses", Reply("resp_items", (Say("Fixing."), edit()))))
+    accepted = judged("responses", json.dumps(body).encode())
+    assert isinstance(accepted.outcome, Accepted)
+    shell = {
+        "type": "local_shell_call",
+        "id": "lsh_1",
+        "call_id": "call_shell",
+        "action": {"type": "exec", "command": ["cat", "/etc/passwd"], "env": {}},
+        "status": "completed",
+    }
+    with_shell = {**body, "output": [*body["output"], shell]}
+    refused = judged("responses", json.dumps(with_shell).encode())
+    assert isinstance(refused.outcome, Refused)
+    assert refused.outcome.refusal.kind == "unsupported_output"
+    call = body["output"][-1]
+    twice = {**body, "output": [*body["output"], {**call, "call_id": "call_2"}]}
+    duplicated = judged("responses", json.dumps(twice).encode())
+    assert isinstance(duplicated.outcome, Refused)
+    assert duplicated.outcome.refusal.kind == "lifecycle"

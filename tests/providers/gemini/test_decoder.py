@@ -641,6 +641,70 @@ def test_a_call_to_an_unexposed_tool_is_the_gates_business() -> None:
     )
 
 
+def _client_calls(chunks: Sequence[Mapping[str, Any]]) -> list[tuple[str | None, object]]:
+    """The calls google-genai reports for these chunks (`GenerateContentResponse.function_calls`
+    of each chunk, as `generate_content_stream` yields them)."""
+    from google.genai import types
+
+    found: list[tuple[str | None, object]] = []
+    for payload in chunks:
+        response = types.GenerateContentResponse.model_validate(payload)
+        found.extend((c.name, c.args) for c in response.function_calls or [])
+    return found
+
+
+def test_a_call_in_a_thought_part_is_read_and_judged_as_google_genai_reads_it() -> None:
+    # google-genai's `function_calls` takes every part's `function_call`, whatever its
+    # `thought` flag (which only keeps text out of `.text`): a client runs it, so the gate
+    # judges it, as a call.
+    chunks = [chunk({"thought": True, **call()}, finish="STOP")]
+    assert _client_calls(chunks) == [("edit", EDIT)]
+    decision = decide(chunks)
+    assert [(c.name, c.arguments) for c in decision.message.tool_calls] == [("edit", EDIT)]
+    unexposed = [chunk({"thought": True, **call("shell", {"command": "rm -rf /"})}, finish="STOP")]
+    assert fails(unexposed).kind is FailureKind.INVALID_BATCH
+
+
+def test_a_signed_call_in_a_thought_part_keeps_its_signature() -> None:
+    events = decode_all([chunk({"thought": True, **call(thoughtSignature=SIG)}, finish="STOP")])
+    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    assert [(e.name, e.arguments) for e in started] == [("edit", EDIT_JSON)]
+    assert NativeOutput("reasoning", {"thoughtSignature": SIG}, len(SIG)) in events
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"text": "Done.", **call()},
+        {"text": "", **call()},
+        {"thought": True, "text": "Let me edit.", **call()},
+        {"executableCode": {"language": "PYTHON", "code": "print(1)"}, **call()},
+        {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "1"}, "text": "1"},
+    ],
+)
+def test_a_part_with_two_kinds_of_data_is_refused(part: dict[str, Any]) -> None:
+    # The API's Part holds one of its data fields (a oneof), so Google never sends this;
+    # google-genai would read each field (the text as text, the call as a call), which no
+    # single judged part could replay. Refused, never read as text alone.
+    chunks = [chunk(part, finish="STOP")]
+    if "functionCall" in part:
+        assert _client_calls(chunks) == [("edit", EDIT)]
+    failure = fails(chunks)
+    assert failure.kind is FailureKind.MALFORMED_EVENT
+    assert "one kind of data" in failure.message
+
+
+def test_a_provider_part_marked_thought_is_kept_whole() -> None:
+    part = {"thought": True, "executableCode": {"language": "PYTHON", "code": "print(1)"}}
+    decision = decide([chunk(part), chunk(text("Done."), finish="STOP")])
+    assert decision.message.output[0] == NativeItem("provider_output", part)
+
+
+def test_null_data_fields_are_absent() -> None:
+    decision = decide([chunk({"text": "Hi", "functionCall": None}, finish="STOP")])
+    assert (decision.message.content, decision.message.tool_calls) == ("Hi", ())
+
+
 # --- 8. malformed chunks --------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,19 @@ def test_decodes_lifecycle_and_deltas() -> None:
     ) == ToolArgumentsDelta("fc_1", "{")
 
 
+def completed_after_added(output: list[Any]) -> object:
+    """The normalized terminal of a stream that adds each item of `output`, then completes
+    with it as the snapshot."""
+    decoder = ResponsesDecoder()
+    for place, item in enumerate(output):
+        added = {"type": "response.output_item.added", "output_index": place, "item": item}
+        decoder.decode(ServerSentEvent(None, json.dumps(added).encode()))
+    response = {"id": "r", "status": "completed", "output": output}
+    terminal = {"type": "response.completed", "response": response}
+    [event] = decoder.decode(ServerSentEvent(None, json.dumps(terminal).encode()))
+    return event
+
+
 def test_completed_maps_output_items() -> None:
     output = [
         {
@@ -84,12 +98,7 @@ def test_completed_maps_output_items() -> None:
         {"type": "reasoning", "id": "rs_1", "summary": []},
         {"type": "web_search_call", "id": "ws_1"},
     ]
-    event = decode(
-        {
-            "type": "response.completed",
-            "response": {"id": "r", "status": "completed", "output": output},
-        }
-    )
+    event = completed_after_added(output)
     assert event == ResponseCompleted(
         None,
         None,
@@ -105,12 +114,7 @@ def test_completed_maps_output_items() -> None:
     computer = {"type": "computer_call", "id": "cu_1", "call_id": "c2", "action": {}}
     client_search = {"type": "tool_search_call", "id": "ts_1", "execution": "client"}
     for item in (computer, client_search):
-        terminal = decode(
-            {
-                "type": "response.completed",
-                "response": {"id": "r", "status": "completed", "output": [item]},
-            }
-        )
+        terminal = completed_after_added([item])
         assert isinstance(terminal, ResponseCompleted)
         assert terminal.output == (UnsupportedOutput(str(item["type"])),)
 
@@ -194,9 +198,16 @@ def test_event_name_must_agree_with_type() -> None:
 
 def test_unknown_events_done_events_and_done_sentinel_are_progress() -> None:
     assert decode({"type": "response.future_thing", "new_field": 1}) is None
-    assert decode({"type": "response.output_item.done", "item": {"type": "function_call"}}) is None
-    assert decode({"type": "response.function_call_arguments.done", "arguments": "{}"}) is None
     assert decode(b"[DONE]") is None
+    decoder = ResponsesDecoder()
+    item = {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "n", "arguments": ""}
+    events = [
+        {"type": "response.output_item.added", "output_index": 0, "item": item},
+        {"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": "{}"},
+        {"type": "response.output_item.done", "output_index": 0, "item": item},
+    ]
+    decoded = [decoder.decode(ServerSentEvent(None, json.dumps(e).encode())) for e in events]
+    assert [len(produced) for produced in decoded] == [1, 0, 0]  # the call's start, then none
 
 
 def test_json_whitespace_is_tolerated_and_trailing_data_is_not() -> None:

@@ -13,8 +13,8 @@ error the `anthropic` SDK raises on.
 - **A whole response** (no `stream`) is judged as the stream `message_start` (the message
   without its content and stop reason), one `content_block_start` (the whole block, which
   the decoder reads as its content) and `content_block_stop` per block, `message_delta`
-  (the stop reason) and `message_stop`; a refused one becomes the same error object as the
-  stream's, as a 502 body.
+  (the stop reason) and `message_stop`; a `content` that is not a list is malformed; a
+  refused one becomes the same error object as the stream's, as a 502 body.
 - **Keep-alives**: `ping` events pass at once, even while the stream is held; the engine's
   own keep-alive is a `ping` too.
 - **The error**: `event: error` with `{"type": "error", "error": {"type", "message"}}`:
@@ -33,7 +33,7 @@ from ...conversation import ToolSpec
 from ...gateway import Refusal, declared_tools
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
-from ..decoding import compact_json
+from ..decoding import compact_json, malformed
 from .decoder import AnthropicDecoder
 
 __all__ = ["GATEWAY", "AnthropicGateway"]
@@ -83,7 +83,10 @@ class AnthropicGateway:
         if response.get("type") == "error":
             return _frame("error", response)
         content = response.get("content")
-        blocks = content if isinstance(content, list) else []
+        if content is not None and not isinstance(content, list):
+            # Read as no blocks, the gate would judge nothing of what a client reads here.
+            raise malformed("the response's content must be a list of blocks")
+        blocks = content or []
         start = {**response, "content": [], "stop_reason": None, "stop_sequence": None}
         frames = [_frame("message_start", {"type": "message_start", "message": start})]
         for index, block in enumerate(blocks):

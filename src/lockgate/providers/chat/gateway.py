@@ -16,7 +16,8 @@ a native `POST /chat/completions` body, and the stream error the `openai` SDK ra
   (lockgate's own decoder then reads it as transient), `lockgate_refused` otherwise;
   `code` names the failure (`lockgate_<kind>`).
 - **A whole response** (no `stream`) is judged as one chunk (each choice's `message` as
-  its `delta`, each call indexed by its place) with the choice's finish, a usage chunk, and
+  its `delta`; each choice and each call indexed by its place in its list, as a client
+  reads them, whatever `index` it states) with the choice's finish, a usage chunk, and
   `[DONE]`; a refused one becomes the same error object as the stream's, as a 502 body.
 - **Keep-alives**: an SSE comment.
 """
@@ -104,7 +105,9 @@ class ChatGateway:
         chunk["object"] = "chat.completion.chunk"
         choices = response.get("choices")
         if isinstance(choices, list):
-            chunk["choices"] = [_as_chunk_choice(choice) for choice in choices]
+            chunk["choices"] = [
+                _as_chunk_choice(choice, place) for place, choice in enumerate(choices)
+            ]
         elif choices is not None:
             chunk["choices"] = choices  # the decoder refuses what is not a list
         frames = [_frame(chunk)]
@@ -144,20 +147,25 @@ def _frame(payload: Mapping[str, Any]) -> bytes:
     return b"data: " + compact_json(dict(payload)).encode("utf-8", "backslashreplace") + b"\n\n"
 
 
-def _as_chunk_choice(choice: object) -> object:
+def _as_chunk_choice(choice: object, place: int) -> object:
     """A whole response's choice as the one chunk that streams it: its `message` as the
-    `delta`, each call with the `index` a stream gives it (its place in the list)."""
+    `delta`. A client reads `choices` and `message.tool_calls` as lists, entry by entry, so
+    each entry's `index` is its place in its list, whatever `index` the entry states: a
+    stream's rules would merge two entries that name one index (a choice into another, a
+    call's fragments into one call) or order calls by the index, and the client would read
+    entries the gate never judged."""
     if not isinstance(choice, dict):
         return choice  # the decoder refuses it
     converted = {key: value for key, value in choice.items() if key != "message"}
+    converted["index"] = place
     message = choice.get("message")
     if isinstance(message, dict):
         delta = dict(message)
         calls = message.get("tool_calls")
         if isinstance(calls, list):
             delta["tool_calls"] = [
-                {"index": place, **call} if isinstance(call, dict) else call
-                for place, call in enumerate(calls)
+                {**call, "index": number} if isinstance(call, dict) else call
+                for number, call in enumerate(calls)
             ]
         converted["delta"] = delta
     elif message is not None:

@@ -11,8 +11,10 @@ finish fails closed at once by its table (`FAILED_FINISHES`); an `error` chunk i
 `provider_error` and `promptFeedback.blockReason` `response_incomplete`; one candidate
 (`index` absent or 0), any other is `lifecycle`; calls arrive whole (`args` an object, absent
 = `{}`, serialized once as compact JSON), their missing ids synthesized just before the
-terminal event (never sent back: the encoder knows them); thought parts are reasoning, kept
-as one native item per run; a `thoughtSignature` is kept as `{"thoughtSignature": …}` right
+terminal event (never sent back: the encoder knows them); a part holds one kind of data (the
+API's oneof: two, such as text and a call, are malformed, never read as text alone); thought
+text is reasoning, kept as one native item per run (a call marked thought is a call, as
+google-genai reports it); a `thoughtSignature` is kept as `{"thoughtSignature": …}` right
 after the text or call it came on (the encoder puts it back on that part), and one that
 arrives later on an empty part signs the unsigned call just before it, else stays a part of
 its own; provider-executed parts and generated media are kept unchanged, never calls; a part
@@ -151,8 +153,9 @@ USAGE_FIELDS = UsageFields(
     total=(("totalTokenCount",),),
 )
 _STOP = "STOP"
-# Part data fields beside which a part may carry only metadata.
-_DATA_FIELDS = frozenset({"text", "functionCall", "functionResponse", *PROVIDER_PARTS})
+# A part's data fields (the API's `Part.data` oneof: a part holds one), beside which it may
+# carry only metadata; in the order a failure names them.
+_DATA_ORDER = ("text", "functionCall", "functionResponse", *PROVIDER_PARTS)
 _METADATA_FIELDS = frozenset(
     {
         "thought",
@@ -363,8 +366,23 @@ class GeminiDecoder:
     def _part(self, part: object, events: list[StreamEvent]) -> None:
         if type(part) is not dict:
             raise _malformed("a part must be an object")
+        # `thought` marks thought text; google-genai reports a call whatever the flag (its
+        # `function_calls` reads every part's call), so a call flagged so is read as a call,
+        # and a provider part flagged so is kept whole, as it came.
+        thought = part.get("thought") is True
+        if len(part) > 1:
+            data = [name for name in _DATA_ORDER if part.get(name) is not None]
+            if len(data) > 1:
+                # The API's Part holds one kind of data (a oneof); google-genai would read
+                # each field (the text as text, the call as a call), which no one judged
+                # part could replay.
+                raise _malformed(
+                    f"a part holds {' and '.join(data)}: a part holds one kind of data"
+                )
+            if data and data[0] != "text":
+                thought = False
         text = part.get("text")
-        if part.get("thought") is True:
+        if thought:
             if text is not None and type(text) is not str:
                 raise _malformed("part text must be a string")
             self._thought_part(text or "", _signature(part), events)

@@ -334,6 +334,20 @@ def check_code_execution(observation: Observation) -> list[str]:
     return []
 
 
+def _thought_call_turns() -> list[Turn]:
+    builder = ChunkBuilder("gemini-thought-call").thought(THOUGHT, 2)
+    part = builder.call_part("edit", EDIT_FIX)
+    part["thought"] = True  # google-genai reports the call whatever the flag
+    return [builder.chunk([part]).finish().turn(), _answer()]
+
+
+def _text_and_call_part_turns() -> list[Turn]:
+    builder = ChunkBuilder("gemini-text-and-call").text("Looking at it.", 2)
+    part = builder.call_part("edit", EDIT_FIX)
+    part["text"] = "Nothing to run here."  # google-genai reads the text and the call
+    return [builder.chunk([part]).finish().turn()]
+
+
 def _retry_delay_turns() -> list[Turn]:
     body = google_error(
         429,
@@ -506,6 +520,20 @@ SCENARIOS: tuple[Scenario, ...] = own(
         _FIXED,
         _code_execution_turns,
         check=check_code_execution,
+    ),
+    _s(
+        "thought-call",
+        "a functionCall in a part marked thought: read and judged as the call google-genai "
+        "reports, run, answered",
+        _FIXED,
+        _thought_call_turns,
+    ),
+    _s(
+        "text-and-call-part",
+        "one part holding text and a functionCall (the API's Part holds one): refused, "
+        "never read as text alone",
+        failure(FailureKind.MALFORMED_EVENT),
+        _text_and_call_part_turns,
     ),
     _s(
         "429-retry-delay",

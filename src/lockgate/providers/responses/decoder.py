@@ -9,7 +9,16 @@ opaque and replayed, never executed; items asking the client for an action lockg
 take fail closed; anything after the terminal event fails (a gateway's `data: [DONE]` is a
 sentinel, not an event).
 
-The decoder checks shape (through the decoding kit, `providers/decoding.py`) and leaves
+Every item a client can read is the judged one (`_Items`): an item is added once at its
+place (`output_index`), done at most once as the same type and id, and the snapshot holds
+exactly the items that were added, in their places, of the same types and ids (a reasoning
+item's id excepted: a gateway mints a new one for the snapshot); a call's `.done` item and
+its `function_call_arguments.done` state the snapshot's call byte for byte (so, by the
+gate's rule, the streamed one). Codex starts each tool at its `.done` item; the SDK reads
+the snapshot; neither may read a call the gate did not validate.
+
+The decoder checks shape (through the decoding kit, `providers/decoding.py`) and the items'
+own statements (above: only the native events show them), and leaves the response's
 lifecycle and validation rules to the gate.
 """
 
@@ -19,8 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...conversation import Usage
-from ...errors import FailureKind
+from ...errors import FailureKind, ResponseFailure
 from ...events import (
+    MAX_NATIVE_BYTES,
     OutputCall,
     OutputItem,
     OutputNative,
@@ -70,24 +80,211 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
 
 
 _TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
+# The output items one response may stream, and the characters of their types and ids, which
+# the decoder keeps until the snapshot (message items pass the engine unheld: this bounds
+# what they make lockgate retain).
+MAX_OUTPUT_ITEMS = 256
+MAX_OUTPUT_ITEM_IDENTITY_CHARS = MAX_NATIVE_BYTES
+_CALL = "function_call"
+_REASONING = "reasoning"
 
 
 def _response_id(response: dict[str, Any]) -> str:
     return optional_string_field(response.get("id"), "response.id")
 
 
+def _lifecycle(message: str) -> ResponseFailure:
+    return ResponseFailure(FailureKind.LIFECYCLE, message)
+
+
+def _disagreement_kind(*kinds: str) -> FailureKind:
+    """Statements of an item that disagree: about a function call, `call_mismatch` (as the
+    gate names a snapshot call that differs from the streamed one); else `lifecycle`."""
+    return FailureKind.CALL_MISMATCH if _CALL in kinds else FailureKind.LIFECYCLE
+
+
+def _place(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise malformed("output_index must be a non-negative integer")
+    return value
+
+
+def _call_of(item: dict[str, Any]) -> OutputCall:
+    return OutputCall(
+        optional_string_field(item.get("id"), "item.id"),
+        optional_string_field(item.get("call_id"), "item.call_id"),
+        optional_string_field(item.get("name"), "item.name"),
+        optional_string_field(item.get("arguments"), "item.arguments"),
+    )
+
+
+class _Streamed:
+    """One item `response.output_item.added` announced: its type and id, and whether its
+    `.done` arrived."""
+
+    __slots__ = ("done", "item_id", "kind")
+
+    def __init__(self, kind: str, item_id: str) -> None:
+        self.kind = kind
+        self.item_id = item_id
+        self.done = False
+
+    def names(self) -> str:
+        return f"{self.kind or 'untyped'} {self.item_id!r}"
+
+
+class _Items:
+    """The output items as the stream states them, held to the snapshot at the end.
+
+    Places are the events' `output_index` (the SDK's key), else the order items were added
+    in. A call's `.done` item and its `function_call_arguments.done` are kept to be compared
+    with the snapshot's call: the gate holds the snapshot's calls to the streamed ones, so
+    every statement of a call is then the judged call."""
+
+    __slots__ = ("_chars", "arguments_done", "calls", "done_calls", "streamed")
+
+    def __init__(self) -> None:
+        self.streamed: dict[int, _Streamed] = {}
+        self.calls: dict[str, int] = {}  # a function call's item id -> its place
+        self.done_calls: dict[int, OutputCall] = {}  # place -> the call its `.done` states
+        self.arguments_done: dict[str, tuple[str, str | None]] = {}  # id -> (arguments, name)
+        self._chars = 0
+
+    def added(self, payload: dict[str, Any], kind: str, item_id: str) -> None:
+        index = payload.get("output_index")
+        place = len(self.streamed) if index is None else _place(index)
+        if place in self.streamed:
+            raise _lifecycle(f"output item {place} added twice")
+        if len(self.streamed) >= MAX_OUTPUT_ITEMS:
+            raise ResponseFailure(
+                FailureKind.BOUND_EXCEEDED, f"more than {MAX_OUTPUT_ITEMS} output items"
+            )
+        self._chars += len(kind) + len(item_id)
+        if self._chars > MAX_OUTPUT_ITEM_IDENTITY_CHARS:
+            raise ResponseFailure(
+                FailureKind.BOUND_EXCEEDED,
+                f"output item types and ids exceeded {MAX_OUTPUT_ITEM_IDENTITY_CHARS} characters",
+            )
+        self.streamed[place] = _Streamed(kind, item_id)
+        if kind == _CALL:
+            self.calls[item_id] = place
+
+    def done(self, payload: dict[str, Any], item: dict[str, Any]) -> None:
+        kind = optional_string_field(item.get("type"), "item.type")
+        item_id = optional_string_field(item.get("id"), "item.id")
+        index = payload.get("output_index")
+        place = self._open_place(kind, item_id) if index is None else _place(index)
+        streamed = None if place is None else self.streamed.get(place)
+        if place is None or streamed is None:
+            where = "" if place is None else f" {place}"
+            raise ResponseFailure(
+                _disagreement_kind(kind),
+                f"output item{where} ({kind or 'untyped'} {item_id!r}) is done but was never added",
+            )
+        if streamed.done:
+            raise _lifecycle(f"output item {place} ({streamed.names()}) is done twice")
+        if (streamed.kind, streamed.item_id) != (kind, item_id):
+            raise ResponseFailure(
+                _disagreement_kind(kind, streamed.kind),
+                f"output item {place} was added as {streamed.names()} and is done as "
+                f"{kind or 'untyped'} {item_id!r}",
+            )
+        streamed.done = True
+        if kind == _CALL:
+            self.done_calls[place] = _call_of(item)
+
+    def _open_place(self, kind: str, item_id: str) -> int | None:
+        """Where a `.done` without an `output_index` belongs: the first item added as the
+        same type and id whose `.done` has not come."""
+        for place, streamed in self.streamed.items():
+            if not streamed.done and (streamed.kind, streamed.item_id) == (kind, item_id):
+                return place
+        return None
+
+    def argument_place(self, payload: dict[str, Any], key: str) -> None:
+        """An argument event that states an `output_index` must state its call's place
+        (the SDK routes the fragment by it; lockgate by the item id)."""
+        index = payload.get("output_index")
+        place = self.calls.get(key)
+        if index is not None and place is not None and index != place:
+            raise _lifecycle(
+                f"an argument event of tool item {key!r} names output index {index!r}, "
+                f"not the item's ({place})"
+            )
+
+    def arguments_finished(self, payload: dict[str, Any]) -> None:
+        key = string_field(payload.get("item_id"), "item_id")
+        arguments = string_field(payload.get("arguments"), "arguments")
+        name = payload.get("name")
+        stated = None if name is None else string_field(name, "name")
+        if key not in self.calls:
+            raise _lifecycle(f"arguments done for unknown tool item {key!r}")
+        self.argument_place(payload, key)
+        if key in self.arguments_done:
+            raise _lifecycle(f"the arguments of tool item {key!r} are done twice")
+        self.arguments_done[key] = (arguments, stated)
+
+    def disagreement(self, output: list[dict[str, Any]]) -> tuple[FailureKind, str] | None:
+        """Where the stream's items and the snapshot (`output`, a list of objects) differ:
+        the failure's kind and message, or None."""
+        for place, streamed in sorted(self.streamed.items()):
+            if place >= len(output):
+                return (
+                    _disagreement_kind(streamed.kind),
+                    f"streamed output item {place} ({streamed.names()}) is missing from the "
+                    "terminal response",
+                )
+            listed = output[place]
+            kind = optional_string_field(listed.get("type"), "output item type")
+            item_id = optional_string_field(listed.get("id"), "output item id")
+            if kind != streamed.kind or (item_id != streamed.item_id and kind != _REASONING):
+                return (
+                    _disagreement_kind(kind, streamed.kind),
+                    f"output item {place} streamed as {streamed.names()} is "
+                    f"{kind or 'untyped'} {item_id!r} in the terminal response",
+                )
+        if len(output) > len(self.streamed):
+            place = next(p for p in range(len(output)) if p not in self.streamed)
+            kind = optional_string_field(output[place].get("type"), "output item type")
+            item_id = optional_string_field(output[place].get("id"), "output item id")
+            return (
+                _disagreement_kind(kind),
+                f"terminal output item {place} ({kind or 'untyped'} {item_id!r}) was never "
+                "streamed",
+            )
+        for place, done in sorted(self.done_calls.items()):
+            if _call_of(output[place]) != done:
+                return (
+                    FailureKind.CALL_MISMATCH,
+                    f"the output_item.done of call {done.call_id or done.key!r} differs from "
+                    "the terminal response",
+                )
+        for key, (arguments, name) in self.arguments_done.items():
+            listed_call = _call_of(output[self.calls[key]])
+            if arguments != listed_call.arguments or name not in (None, listed_call.name):
+                return (
+                    FailureKind.CALL_MISMATCH,
+                    f"the function_call_arguments.done of tool item {key!r} differs from the "
+                    "terminal response",
+                )
+        return None
+
+
 class ResponsesDecoder:
     """Maps one Responses stream's events to normalized events."""
 
-    __slots__ = ("_ended", "_handlers", "_incomplete_calls", "_started")
+    __slots__ = ("_call_places", "_ended", "_handlers", "_incomplete_calls", "_items", "_started")
 
     def __init__(self) -> None:
         self._started = False
         self._ended = False  # a terminal event was decoded
         self._incomplete_calls: list[str] = []  # calls whose item.done said `incomplete`
+        self._items = _Items()
+        self._call_places = self._items.calls  # read on every argument delta
         self._handlers: dict[str, Callable[[dict[str, Any]], Sequence[StreamEvent]]] = {
             "response.output_text.delta": self._text_delta,
             "response.function_call_arguments.delta": self._arguments_delta,
+            "response.function_call_arguments.done": self._arguments_done,
             "response.refusal.delta": self._refusal_delta,
             "response.reasoning_summary_text.delta": self._reasoning_summary_delta,
             "response.reasoning_text.delta": self._reasoning_raw_delta,
@@ -153,36 +350,52 @@ class ResponsesDecoder:
         delta = payload.get("delta")
         if type(delta) is not str:
             raise malformed("delta must be a string")
+        index = payload.get("output_index")
+        if index is not None and index != self._call_places.get(key, index):
+            self._items.argument_place(payload, key)  # raises: the SDK routes it elsewhere
         if payload.get("response_id") is None:
             return (ToolArgumentsDelta(key, delta),)
         return (ToolArgumentsDelta(key, delta, response_id=self._identity(payload)),)
 
+    def _arguments_done(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
+        self._items.arguments_finished(payload)
+        return NOTHING
+
     def _item_added(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = object_field(payload.get("item"), "item")
-        if item.get("type") != "function_call":
+        kind = optional_string_field(item.get("type"), "item.type")
+        item_id = optional_string_field(item.get("id"), "item.id")
+        self._items.added(payload, kind, item_id)
+        if kind != _CALL:
             # Output began (a message, reasoning that may be encrypted only, a tool the
             # provider runs itself): the response is no longer a stream that never started.
             return CONTENT_BEGAN
+        call = _call_of(item)
         return (
             ToolCallStarted(
-                optional_string_field(item.get("id"), "item.id"),
-                optional_string_field(item.get("call_id"), "item.call_id"),
-                optional_string_field(item.get("name"), "item.name"),
-                optional_string_field(item.get("arguments"), "item.arguments"),
+                call.key,
+                call.call_id,
+                call.name,
+                call.arguments,
                 response_id=self._identity(payload),
             ),
         )
 
     def _item_done(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = object_field(payload.get("item"), "item")
-        if item.get("type") == "function_call" and item.get("status") not in (None, "completed"):
+        self._items.done(payload, item)
+        if item.get("type") == _CALL and item.get("status") not in (None, "completed"):
             self._incomplete_calls.append(
                 optional_string_field(item.get("call_id"), "item.call_id")
             )
         return NOTHING
 
     def _start(self, payload: dict[str, Any], *, created: bool) -> Sequence[StreamEvent]:
-        response_id = _response_id(object_field(payload.get("response"), "response"))
+        response = object_field(payload.get("response"), "response")
+        response_id = _response_id(response)
+        if response.get("output") not in (None, []):
+            # The SDK takes these as output items too; only `output_item.added` adds one.
+            raise _lifecycle("a lifecycle event before the terminal carries output items")
         if not self._started or created:
             # A second `response.created` reaches the gate as a second start (a failure).
             self._started = True
@@ -230,6 +443,12 @@ class ResponsesDecoder:
                     response_id=response_id,
                 ),
             )
+        disagreement = self._items.disagreement(output)
+        if disagreement is not None:
+            # In the terminal's place: the gate checks the response id first, and reports
+            # the usage.
+            kind, message = disagreement
+            return (ProviderReportedFailure(kind, message, usage=usage, response_id=response_id),)
         # Responses states no finish reason: the calls imply it.
         return (ResponseCompleted(None, usage, items, response_id=response_id),)
 
@@ -273,16 +492,9 @@ class ResponsesDecoder:
 
 def _output_items(item: dict[str, Any]) -> list[OutputItem]:
     kind = item.get("type")
-    if kind == "function_call":
-        return [
-            OutputCall(
-                optional_string_field(item.get("id"), "item.id"),
-                optional_string_field(item.get("call_id"), "item.call_id"),
-                optional_string_field(item.get("name"), "item.name"),
-                optional_string_field(item.get("arguments"), "item.arguments"),
-            )
-        ]
-    if kind == "reasoning":
+    if kind == _CALL:
+        return [_call_of(item)]
+    if kind == _REASONING:
         return [OutputNative("reasoning", item)]
     if kind in PROVIDER_EXECUTED_ITEMS and item.get("execution") != "client":
         return [OutputNative("provider_output", item)]

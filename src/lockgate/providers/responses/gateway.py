@@ -19,9 +19,10 @@ the `openai` SDK raises on.
   decoder then reads it as transient), `lockgate_refused` otherwise; `code` names the
   failure (`lockgate_<kind>`).
 - **A whole response** (no `stream`) is judged as the stream `response.created`, one
-  `response.output_item.added` per function call (its arguments whole), and the terminal
-  its `status` names with the response as the snapshot; a refused one becomes
-  `{"error": {…}}` (the stream error's object) as a 502 body.
+  `response.output_item.added` per output item at its place in `output` (a call's
+  arguments whole), and the terminal its `status` names with the response as the
+  snapshot; a refused one becomes `{"error": {…}}` (the stream error's object) as a 502
+  body.
 - **Keep-alives**: an SSE comment.
 """
 
@@ -128,9 +129,10 @@ class ResponsesGateway:
         start = {**response, "output": [], "status": "in_progress"}
         frames = [_frame("response.created", {"response": start})]
         for place, item in enumerate(items):
-            if isinstance(item, dict) and item.get("type") == "function_call":
-                added = {"output_index": place, "item": item}
-                frames.append(_frame("response.output_item.added", added))
+            # Every item, at its place in the list the client reads: the decoder holds the
+            # snapshot to exactly the items that were added (a call's arguments whole).
+            added = {"output_index": place, "item": item}
+            frames.append(_frame("response.output_item.added", added))
         status = response.get("status")
         terminal = _TERMINALS.get(status, "response.completed") if type(status) is str else None
         frames.append(_frame(terminal or "response.completed", {"response": response}))

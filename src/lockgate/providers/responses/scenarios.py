@@ -50,6 +50,70 @@ def missing_call_turns() -> list[Turn]:
     return [builder.completed(output=builder.output[:-1]).turn()]
 
 
+# What Codex would run from a `.done` item: the validated edit, pointed elsewhere.
+ELSEWHERE = {"path": "/etc/passwd", "old": "root:x:0:0", "new": "root::0:0"}
+
+
+def _item_event(builder: ResponseBuilder, kind: str, item_type: str) -> dict[str, Any]:
+    return next(
+        event
+        for event in builder.events
+        if event["type"] == kind and event.get("item", {}).get("type") == item_type
+    )
+
+
+def done_item_changed_turns() -> list[Turn]:
+    """The `.done` item (where Codex starts the tool) carries other arguments than the
+    stream and the snapshot."""
+    builder = _edit_stream("resp_done_changed").call("fc_1", "call_1", "edit", EDIT_FIX)
+    done = _item_event(builder, "response.output_item.done", "function_call")
+    done["item"] = {**done["item"], "arguments": json.dumps(ELSEWHERE)}
+    return [builder.completed().turn()]
+
+
+def done_item_unlisted_turns() -> list[Turn]:
+    """A `local_shell_call` added and done, which the snapshot does not list."""
+    builder = _edit_stream("resp_unlisted").call("fc_1", "call_1", "edit", EDIT_FIX)
+    listed = list(builder.output)
+    builder.output_item(
+        {
+            "type": "local_shell_call",
+            "id": "lsh_1",
+            "call_id": "call_shell",
+            "action": {"type": "exec", "command": ["cat", "/etc/passwd"], "env": {}},
+            "status": "completed",
+        }
+    )
+    return [builder.completed(output=listed).turn()]
+
+
+def arguments_done_changed_turns() -> list[Turn]:
+    """`response.function_call_arguments.done` states other arguments than streamed."""
+    builder = _edit_stream("resp_args_done").call("fc_1", "call_1", "edit", EDIT_FIX)
+    done = next(
+        event
+        for event in builder.events
+        if event["type"] == "response.function_call_arguments.done"
+    )
+    done["arguments"] = json.dumps(ELSEWHERE)
+    return [builder.completed().turn()]
+
+
+def reminted_reasoning_id_turns() -> list[Turn]:
+    """OpenRouter's shape: the snapshot's reasoning item has another id than the streamed
+    one (`rs_tmp_…`), and its `.done` comes after the next item's."""
+    builder = ResponseBuilder("resp_reminted").created()
+    builder.reasoning(reasoning_item("rs_tmp_streamed", "Fix add first."))
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    done = _item_event(builder, "response.output_item.done", "reasoning")
+    builder.events.remove(done)
+    builder.events.append(done)
+    output = [dict(item) for item in builder.output]
+    output[0]["id"] = "rs_tmp_minted"
+    answer = ResponseBuilder("resp_reminted_2").created().text("msg_1", "Fixed.").completed()
+    return [builder.completed(output=output).turn(), answer.turn()]
+
+
 def duplicate_start_turns() -> list[Turn]:
     builder = ResponseBuilder("resp_dup").created().created()
     builder.call("fc_1", "call_1", "edit", EDIT_FIX)
@@ -271,6 +335,31 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "the terminal output omits a streamed call",
         failure(FailureKind.CALL_MISMATCH, closed_early=0),
         missing_call_turns,
+    ),
+    Scenario(
+        "done-item-changed",
+        "the output_item.done of the call carries other arguments than the stream and the snapshot",
+        failure(FailureKind.CALL_MISMATCH, closed_early=0),
+        done_item_changed_turns,
+    ),
+    Scenario(
+        "done-item-unlisted",
+        "a local_shell_call added and done that the snapshot does not list",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        done_item_unlisted_turns,
+    ),
+    Scenario(
+        "arguments-done-changed",
+        "function_call_arguments.done states other arguments than streamed",
+        failure(FailureKind.CALL_MISMATCH, closed_early=0),
+        arguments_done_changed_turns,
+    ),
+    Scenario(
+        "reasoning-id-reminted",
+        "a gateway mints a new reasoning item id for the snapshot (OpenRouter): accepted",
+        _FIXED,
+        reminted_reasoning_id_turns,
+        options=LabOptions(model=REASONING_MODEL),
     ),
     Scenario(
         "duplicate-start",
