@@ -196,3 +196,18 @@ def test_streams_are_requested_uncompressed(cli: CLI) -> None:
 def test_transport_options_refuse_bad_timeouts(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="timeout"):
         TransportOptions(api_key=KEY, **options)
+
+
+def test_every_bounded_client_shares_one_certificate_context() -> None:
+    # Loading the system's CA certificates costs about 20 ms of CPU: once per process (and
+    # per setting), never per client; a changed SSL_CERT_FILE gets its own context.
+    import httpx2
+
+    from lockgate.http import bounded_client, shared_ssl_context
+
+    first = bounded_client(httpx2.AsyncClient, timeout=5, read_timeout=None, trust_env=False)
+    second = bounded_client(httpx2.AsyncClient, timeout=5, read_timeout=None, trust_env=False)
+    assert shared_ssl_context(False) is shared_ssl_context(False)
+    for client in (first, second):
+        pool = client._transport._pool  # type: ignore[attr-defined]
+        assert pool._ssl_context is shared_ssl_context(False)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
-from lockgate.fixture import CALCULATOR
+from lockgate.fixture import CALCULATOR, create_fixture
+from lockgate.lab import runner
 from lockgate.lab.runner import LabTransport, lab_runs, run_scenario
 from lockgate.lab.scenarios import FIXED_SOURCE, SCENARIOS_BY_NAME
 from lockgate.providers import PROVIDERS
@@ -76,6 +78,29 @@ async def test_repair_fixes_the_file_and_retry_takes_three_attempts() -> None:
     retry = await run_scenario(SCENARIOS_BY_NAME["retry"])
     assert retry.attempts == 3
     assert retry.observed == "model_finished"
+
+
+def _entries(folder: Path) -> list[Path]:
+    return list(folder.iterdir())
+
+
+async def test_a_run_in_a_workspace_makes_one_fixture_there_and_removes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `lockgate lab` gives every run one shared folder: a run makes its fixture directly in
+    # it (one directory made and removed per run, not two) and leaves nothing behind.
+    made: list[Path] = []
+
+    def recorded(parent: Path) -> Path:
+        made.append(create_fixture(parent))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "create_fixture", recorded)
+    result = await run_scenario(SCENARIOS_BY_NAME["repair"], workspace=tmp_path)
+    assert result.final_source == FIXED_SOURCE
+    [fixture] = made
+    assert fixture.parent == tmp_path
+    assert _entries(tmp_path) == []
 
 
 async def test_lab_reports_an_unexpected_success_as_a_problem() -> None:

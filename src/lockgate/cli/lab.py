@@ -342,6 +342,8 @@ async def _cassette_lab(args: argparse.Namespace) -> int:
 
 
 async def _lab(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ..credentials import Redactor
     from ..display import JsonLinesDisplay
     from ..lab.runner import lab_runs, run_scenario
@@ -368,12 +370,16 @@ async def _lab(args: argparse.Namespace) -> int:
         runs = lab_runs(None, providers, args.transport)
         results = []
         progress = sys.stderr.isatty() and not args.json
-        for number, (scenario, provider, kind) in enumerate(runs, start=1):
-            if progress:
-                label = f"{number}/{len(runs)} {scenario.name} ({provider}, {kind})"
-                sys.stderr.write(f"\r\x1b[2Klab: {label}")
-                sys.stderr.flush()
-            results.append(await run_scenario(scenario, kind, provider=provider))
+        with temporary_directory("lockgate-lab-") as workspace:  # every run's fixture
+            for number, (scenario, provider, kind) in enumerate(runs, start=1):
+                if progress:
+                    label = f"{number}/{len(runs)} {scenario.name} ({provider}, {kind})"
+                    sys.stderr.write(f"\r\x1b[2Klab: {label}")
+                    sys.stderr.flush()
+                result = await run_scenario(
+                    scenario, kind, provider=provider, workspace=Path(workspace)
+                )
+                results.append(result)
         if progress:
             sys.stderr.write("\r\x1b[2K")
         failed = [result for result in results if not result.as_expected]

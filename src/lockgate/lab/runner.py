@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -151,6 +152,22 @@ async def _wiring(
         )
 
 
+@contextlib.contextmanager
+def _fresh_fixture(workspace: Path | None) -> Iterator[Path]:
+    """A fresh fixture project for one run, removed after it: in `workspace` (a lab of many
+    runs shares one folder, so a run makes and removes one directory, not two), else in a
+    temporary directory of its own."""
+    if workspace is None:
+        with tempfile.TemporaryDirectory(prefix="lockgate-lab-") as parent:
+            yield create_fixture(Path(parent))
+        return
+    root = create_fixture(workspace)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def _codec(options: LabOptions, provider: Provider) -> ProviderCodec:
     if options.neutral:
         return NeutralCodec(options.model)
@@ -184,9 +201,11 @@ async def run_scenario(
     observer: Observer = ignore_event,
     *,
     provider: str | None = None,
+    workspace: Path | None = None,
 ) -> LabResult:
-    """Run one scenario on a fresh fixture, with execution allowed; opening delays are
-    recorded, not slept (the attempt sequence and the requested waits are what matter)."""
+    """Run one scenario on a fresh fixture (made in `workspace` when given, else in a
+    temporary directory), with execution allowed; opening delays are recorded, not slept
+    (the attempt sequence and the requested waits are what matter)."""
     delays: list[float] = []
 
     async def skip_wall_time(delay: float) -> None:
@@ -207,10 +226,10 @@ async def run_scenario(
             idle_timeout=LAB_IDLE_TIMEOUT_SECONDS,
             deadline=LAB_DEADLINE_SECONDS,
         )
-        with tempfile.TemporaryDirectory(prefix="lockgate-lab-") as parent:
+        with _fresh_fixture(workspace) as fixture:
             try:
                 outcome = await run_session(
-                    create_fixture(Path(parent)),
+                    fixture,
                     client,
                     allow_execution=True,
                     max_turns=10,

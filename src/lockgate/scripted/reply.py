@@ -55,6 +55,14 @@ class Call:
     def argument_text(self) -> str:
         return argument_text(self.arguments)
 
+    @property
+    def sent_argument_text(self) -> str:
+        """The argument text a stream of this call sends: all of it, or for a cut call the
+        fragments sent before the cut (not valid JSON). A whole answer states the same."""
+        if not self.cut:
+            return self.argument_text
+        return "".join(argument_pieces(self.argument_text, self.pieces, cut=True))
+
 
 @dataclass(frozen=True, slots=True)
 class ProviderTool:

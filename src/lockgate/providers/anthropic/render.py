@@ -405,6 +405,10 @@ class AnthropicRenderer(StreamFlagRenderer):
         return {"type": "future_event", "note": "unknown events are progress"}
 
     def completion(self, reply: Reply) -> dict[str, Any]:
+        """The `Message` the stream builds, no more: a `tool_use` the stream cut off keeps
+        `input: {}` beside `stop_reason: "max_tokens"` (its `input` must be an object, and
+        the cut JSON is none; the SDK's stream helper reads the cut JSON leniently, a
+        partial parse, so the whole answer never states more than the stream)."""
         return render(reply).message()
 
     def error_body(self, error: OpeningError) -> dict[str, Any]:

@@ -212,15 +212,20 @@ class ChatRenderer(StreamFlagRenderer):
         return {"id": "chatcmpl-endless", "object": "chat.completion.chunk", "choices": []}
 
     def completion(self, reply: Reply) -> dict[str, Any]:
-        text = "".join(p.text for p in reply.parts if isinstance(p, Say))
-        refusal = "".join(p.text for p in reply.parts if isinstance(p, Refuse))
+        """What the stream carries, in one `chat.completion`: the parts it sends (up to a
+        cut call), a cut call's arguments cut where the stream cuts them (not valid JSON,
+        beside `finish_reason: "length"`), as OpenAI answers a request cut by the limit."""
+        sent = reply.sent_parts
+        text = "".join(p.text for p in sent if isinstance(p, Say))
+        refusal = "".join(p.text for p in sent if isinstance(p, Refuse))
         calls = [
             {
                 "id": c.call_id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": c.argument_text},
+                "function": {"name": c.name, "arguments": c.sent_argument_text},
             }
-            for c in reply.calls
+            for c in sent
+            if isinstance(c, Call)
         ]
         message: dict[str, Any] = {
             "role": "assistant",

@@ -298,6 +298,9 @@ class _Reply:
     def __init__(self, reply: Reply) -> None:
         self.builder = ResponseBuilder(reply.response_id, reply.model).created()
         self._suffix = reply.response_id.removeprefix("resp_")
+        # A cut call's item, as the whole response states it: the arguments the stream sent
+        # before the cut, `status: "incomplete"`.
+        self.cut_items: list[dict[str, Any]] = []
 
     def say(self, part: Say, number: int) -> None:
         self.builder.text(f"msg_{self._suffix}_{number}", part.text, part.pieces)
@@ -310,8 +313,20 @@ class _Reply:
         self.builder.reasoning(item, part.pieces)
 
     def call(self, part: Call, number: int) -> None:
+        item_id = f"fc_{self._suffix}_{number}"
+        if part.cut:
+            self.cut_items.append(
+                {
+                    "id": item_id,
+                    "type": "function_call",
+                    "call_id": part.call_id,
+                    "name": part.name,
+                    "arguments": part.sent_argument_text,
+                    "status": "incomplete",
+                }
+            )
         self.builder.call(
-            f"fc_{self._suffix}_{number}",
+            item_id,
             part.call_id,
             part.name,
             part.argument_text,
@@ -339,11 +354,15 @@ class _Reply:
         # "paused" has no Responses form; "open" sends no terminal event.
 
 
-def render(reply: Reply) -> ResponseBuilder:
-    """A neutral reply as the Responses API streams it."""
+def _rendered(reply: Reply) -> _Reply:
     stream = _Reply(reply)
     walk(reply, stream)
-    return stream.builder
+    return stream
+
+
+def render(reply: Reply) -> ResponseBuilder:
+    """A neutral reply as the Responses API streams it."""
+    return _rendered(reply).builder
 
 
 class ResponsesRenderer(StreamFlagRenderer):
@@ -371,14 +390,18 @@ class ResponsesRenderer(StreamFlagRenderer):
         return {"type": "response.future_event", "note": "unknown events are progress"}
 
     def completion(self, reply: Reply) -> dict[str, Any]:
-        builder = render(reply)
+        """The response object the stream ends with, holding what the stream sent: a call
+        the stream cut is in its output as sent (arguments cut, not valid JSON; `status:
+        "incomplete"`), as the API answers a response cut by `max_output_tokens`."""
+        stream = _rendered(reply)
+        builder = stream.builder
         terminal = builder.events[-1] if builder.events else {}
         response = terminal.get("response")
-        if isinstance(response, dict):
-            return response
-        return builder.response(
-            "failed", error={"code": reply.error_code, "message": reply.error_message}
-        )
+        if not isinstance(response, dict):
+            response = builder.response(
+                "failed", error={"code": reply.error_code, "message": reply.error_message}
+            )
+        return {**response, "output": [*response["output"], *stream.cut_items]}
 
     def error_body(self, error: OpeningError) -> dict[str, Any]:
         return openai_error_body(error)
