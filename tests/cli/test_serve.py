@@ -65,9 +65,19 @@ def test_serve_refuses_a_script_over_the_size_cap(cli: CLI, tmp_path: Path) -> N
         handle.write(b'{"turns": [')
         handle.truncate(MAX_SCRIPT_BYTES + 1)  # sparse: instant
     result = cli("serve", "--script", str(script))
-    assert (
-        not_served(result) == f"lockgate: script {script} is larger than {MAX_SCRIPT_BYTES} bytes"
-    )
+    assert not_served(result) == f"lockgate: script: {script}: larger than {MAX_SCRIPT_BYTES} bytes"
+
+
+def test_serve_refuses_a_script_that_is_a_named_pipe_without_waiting(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "script.json"
+    os.mkfifo(fifo)  # nobody writes to it: an open that waits would hang
+    result = run_lockgate("serve", "--script", str(fifo), timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"lockgate: script: {fifo}: not a regular file (a named pipe)"
+    ]
 
 
 def test_serve_refuses_a_script_that_is_not_utf8(cli: CLI, tmp_path: Path) -> None:
@@ -118,7 +128,7 @@ def test_serve_reports_unreadable_script_and_bad_host(tmp_path: Path) -> None:
     missing = run_lockgate("serve", "--script", str(tmp_path / "missing.json"))
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == [
-        f"lockgate: cannot read script {tmp_path / 'missing.json'}: No such file or directory"
+        f"lockgate: script: cannot read {tmp_path / 'missing.json'}: No such file or directory"
     ]
     remote = run_lockgate("serve", "--scenario", "repair", "--host", "10.1.2.3")
     assert remote.returncode == 2

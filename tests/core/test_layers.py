@@ -21,6 +21,7 @@ LAYERS: tuple[frozenset[str], ...] = (
             "sse",
             "credentials",
             "interrupts",
+            "files",
             "defaults",
             "version",
         }

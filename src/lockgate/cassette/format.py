@@ -47,13 +47,13 @@ import errno
 import json
 import os
 import re
-import stat
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..files import FileProblem, read_regular
 from ..sse import RawFrame, SSEFramer
 
 __all__ = [
@@ -345,69 +345,19 @@ def loads(text: str, source: str = "<cassette>") -> Cassette:
     )
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a device"),
-    (stat.S_ISBLK, "a device"),
-)
-_READ_CHUNK = 1 << 20
-
-
-def _not_regular(mode: int) -> str | None:
-    """What a file that is not a regular file is ("a named pipe", …), or None."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((kind for test, kind in _KINDS if test(mode)), "another kind of file")
-
-
 def read_text(path: Path, encoding: str = "utf-8") -> str:
-    """A regular file's text, read under `MAX_CASSETTE_BYTES`; CassetteError with a
-    one-line reason naming the file when it cannot be read, is not a regular file (a named
-    pipe, a device, a socket, a folder: refused without blocking, it is opened non-blocking
-    and never read), is too large or is not text in `encoding`."""
-    raw, too_large = b"", False
+    """A regular file's text, read under `MAX_CASSETTE_BYTES` (`files.read_regular`: a
+    named pipe, a device, a socket or a folder is refused without blocking); CassetteError
+    with a one-line reason naming the file when it cannot be read, is not a regular file, is
+    too large or is not text in `encoding`."""
     try:
-        kind = _not_regular(os.stat(path).st_mode)
-        if kind is None:
-            descriptor = os.open(
-                path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-            )
-            try:
-                # It may have been swapped for another kind of file since the stat.
-                status = os.fstat(descriptor)
-                kind = _not_regular(status.st_mode)
-                too_large = status.st_size > MAX_CASSETTE_BYTES
-                raw = b"" if kind is not None or too_large else _read_bounded(descriptor)
-            finally:
-                os.close(descriptor)
-    except OSError as exc:
-        raise CassetteError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:  # a NUL byte in the path
-        raise CassetteError(f"cannot read {path!r}: {exc}") from None
-    if kind is not None:
-        raise CassetteError(f"{path}: not a regular file ({kind})")
-    if too_large or len(raw) > MAX_CASSETTE_BYTES:
-        raise CassetteError(f"{path}: larger than {MAX_CASSETTE_BYTES} bytes")
+        raw = read_regular(path, MAX_CASSETTE_BYTES)
+    except FileProblem as exc:
+        raise CassetteError(str(exc)) from None
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError:
         raise CassetteError(f"{path}: not UTF-8 text") from None
-
-
-def _read_bounded(descriptor: int) -> bytes:
-    """At most `MAX_CASSETTE_BYTES + 1` bytes of an open file, read in pieces (never a
-    buffer of the whole bound up front; the file may grow while it is read)."""
-    pieces: list[bytes] = []
-    total = 0
-    while total <= MAX_CASSETTE_BYTES:
-        piece = os.read(descriptor, min(_READ_CHUNK, MAX_CASSETTE_BYTES + 1 - total))
-        if not piece:
-            break
-        pieces.append(piece)
-        total += len(piece)
-    return b"".join(pieces)
 
 
 def load(path: Path) -> Cassette:

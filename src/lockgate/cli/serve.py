@@ -49,6 +49,7 @@ def _cassette_exchanges(args: argparse.Namespace, target: Path) -> list[Exchange
 
 async def serve(args: argparse.Namespace) -> int:
     from ..display import visible
+    from ..files import FileProblem, read_regular
     from ..lab.server import serve_script
     from ..providers import DEFAULT_PROVIDER
     from ..scripted.script import MAX_SCRIPT_BYTES, ScriptError, load_script
@@ -82,14 +83,9 @@ async def serve(args: argparse.Namespace) -> int:
                 print(f"lockgate serve: {one_line(exchange.describe())}", file=sys.stderr)
     elif args.script is not None:
         try:
-            with args.script.open("rb") as handle:
-                raw = handle.read(MAX_SCRIPT_BYTES + 1)
-        except OSError as exc:
-            raise UsageError(f"cannot read script {args.script}: {exc.strerror}") from None
-        except ValueError as exc:  # e.g. a NUL byte in the path
-            raise UsageError(f"cannot read script {args.script!r}: {exc}") from None
-        if len(raw) > MAX_SCRIPT_BYTES:
-            raise UsageError(f"script {args.script} is larger than {MAX_SCRIPT_BYTES} bytes")
+            raw = read_regular(args.script, MAX_SCRIPT_BYTES)  # a pipe or device: never a wait
+        except FileProblem as exc:
+            raise UsageError(f"script: {exc}") from None
         try:
             script = load_script(raw.decode("utf-8"))
         except (ScriptError, UnicodeDecodeError) as exc:
