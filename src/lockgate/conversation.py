@@ -193,11 +193,19 @@ class ToolSpec:
     against it; `strict` says whether it also qualifies for the providers' strict function
     mode (every object closed with `additionalProperties: false` and all its properties
     required), which is requested only then.
+
+    `namespace` and `form` describe a tool a request declares to a provider in front of
+    another client (`gateway.DeclaredTool`): the group its name belongs to ("" for none), and
+    what its calls carry (`events.CALL_FUNCTION`: a JSON object; `events.CALL_CUSTOM`: free
+    text; else the item type of a client-executed built-in tool, `shell_call` …). lockgate's
+    own tools are plain functions.
     """
 
     name: str
     description: str
     parameters: JSONObject = field(default_factory=lambda: dict(_NO_PARAMETERS))
+    namespace: str = ""
+    form: str = "function"
 
     def __post_init__(self) -> None:
         if (

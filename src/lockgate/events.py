@@ -56,6 +56,11 @@ def fast_init(cls: _Class) -> _Class:
     return cls
 
 
+# A call's form (`ToolCallStarted.form`): its arguments a JSON object, or free text (the
+# Responses API's custom tools); any other form is a client-executed built-in tool's item type.
+CALL_FUNCTION = "function"
+CALL_CUSTOM = "custom"
+
 _FOLD = 64  # fragments joined into one block (a module global: cheaper than self.FOLD)
 
 
@@ -166,14 +171,19 @@ class ReasoningDelta(StreamEvent):
 @fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallStarted(StreamEvent):
-    """A function call began. `key` routes its later fragments (the decoder's choice: an
-    item id, a block index, a chunk index and id); `call_id` and `name` may still be empty
-    and arrive later (`ToolCallIdentified`)."""
+    """A call began. `key` routes its later fragments (the decoder's choice: an item id, a
+    block index, a chunk index and id); `call_id` and `name` may still be empty and arrive
+    later (`ToolCallIdentified`). `namespace`: the group of tools its name belongs to (""
+    for none); `form`: what its arguments are (`CALL_FUNCTION`: a JSON object;
+    `CALL_CUSTOM`: free text; anything else: the item type of a client-executed built-in
+    tool, its arguments the item's action as compact JSON)."""
 
     key: str
     call_id: str
     name: str
     arguments: str = ""
+    namespace: str = ""
+    form: str = "function"
 
 
 @fast_init
@@ -239,10 +249,14 @@ class OutputRefusal:
 @fast_init
 @dataclass(frozen=True, slots=True)
 class OutputCall:
+    """A call of the terminal snapshot (`ToolCallStarted` says what each field is)."""
+
     key: str
     call_id: str
     name: str
     arguments: str
+    namespace: str = ""
+    form: str = "function"
 
 
 @fast_init

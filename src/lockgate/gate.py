@@ -35,6 +35,8 @@ from .conversation import (
 )
 from .errors import FailureKind, Recovery, ResponseFailure
 from .events import (
+    CALL_CUSTOM,
+    CALL_FUNCTION,
     FINISH_PAUSED,
     FINISH_REFUSED,
     FINISH_WITH_CALLS,
@@ -125,17 +127,25 @@ class InvalidBatch(ResponseFailure):
 
 
 class _PendingCall:
-    __slots__ = ("arguments", "call_id", "key", "name", "shown")
+    __slots__ = ("arguments", "call_id", "form", "key", "name", "namespace", "shown")
 
-    def __init__(self, key: str, call_id: str, name: str, arguments: str) -> None:
-        self.key = key
-        self.call_id = call_id
-        self.name = name
-        self.arguments = TextBuffer(arguments)
+    def __init__(self, event: ToolCallStarted) -> None:
+        self.key = event.key
+        self.call_id = event.call_id
+        self.name = event.name
+        self.namespace = event.namespace
+        self.form = event.form
+        self.arguments = TextBuffer(event.arguments)
         self.shown = 0  # argument characters last published as progress
 
     def output(self) -> OutputCall:
-        return OutputCall(self.key, self.call_id, self.name, self.arguments.value())
+        return OutputCall(
+            self.key, self.call_id, self.name, self.arguments.value(), self.namespace, self.form
+        )
+
+
+def _qualified(namespace: str, name: str) -> str:
+    return f"{namespace}.{name}" if namespace else name
 
 
 def _pairable(calls: Sequence[OutputCall]) -> bool:
@@ -157,9 +167,13 @@ class ResponseGate:
         observer: Observer,
         limits: GateLimits | None = None,
     ) -> None:
-        self._tools = {tool.name: tool for tool in tools}
+        # A call names a tool by its namespace, its name and its form (a function, a custom
+        # tool, a built-in tool's item type).
+        self._tools = {(tool.namespace, tool.name, tool.form): tool for tool in tools}
         self._validators = {
-            tool.name: Draft202012Validator(dict(tool.parameters)) for tool in tools
+            key: Draft202012Validator(dict(tool.parameters))
+            for key, tool in self._tools.items()
+            if tool.form == CALL_FUNCTION
         }
         self._observer = observer
         self._limits = limits or GateLimits()
@@ -345,7 +359,7 @@ class ResponseGate:
             raise _failure(
                 FailureKind.BOUND_EXCEEDED, f"more than {self._limits.max_calls} tool calls"
             )
-        pending = _PendingCall(event.key, event.call_id, event.name, event.arguments)
+        pending = _PendingCall(event)
         if pending.arguments.chars > self._limits.max_argument_chars:
             raise self._arguments_exceeded()
         self._pending[event.key] = pending
@@ -526,11 +540,13 @@ class ResponseGate:
                     f"terminal call {call.call_id or call.key!r} was not streamed",
                 )
             seen.add(call.key)
-            if (pending.call_id, pending.name, pending.arguments.value()) != (
-                call.call_id,
-                call.name,
-                call.arguments,
-            ):
+            if (
+                pending.call_id,
+                pending.name,
+                pending.arguments.value(),
+                pending.namespace,
+                pending.form,
+            ) != (call.call_id, call.name, call.arguments, call.namespace, call.form):
                 raise _failure(
                     FailureKind.CALL_MISMATCH,
                     f"terminal call {call.call_id!r} differs from the streamed call",
@@ -584,10 +600,17 @@ class ResponseGate:
             return "empty call id", {}
         if call.call_id in earlier_ids:
             return "duplicate call id", {}
-        tool = self._tools.get(call.name)
+        key = (call.namespace, call.name, call.form)
+        tool = self._tools.get(key)
+        if tool is None and call.namespace == call.name:
+            # A top-level function loaded by tool search comes back with its own name as its
+            # namespace (seen in real Responses recordings): it is that function.
+            key = ("", call.name, call.form)
+            tool = self._tools.get(key)
         if tool is None:
-            exposed = ", ".join(sorted(self._tools)) or "none"
-            return f"tool {call.name!r} is not exposed (exposed tools: {exposed})", {}
+            return self._not_exposed(call), {}
+        if call.form == CALL_CUSTOM:
+            return None, {}  # free text: any string (a declared grammar is not checked)
         text = call.arguments
         if not text.strip(" \t\n\r") and tool.takes_no_arguments:
             text = "{}"  # no arguments for a tool without parameters
@@ -597,12 +620,29 @@ class ResponseGate:
             return f"arguments are not valid JSON ({exc})", {}
         if type(arguments) is not dict:
             return "arguments are not a JSON object", {}
-        errors = sorted(self._validators[call.name].iter_errors(arguments), key=str)
+        if call.form != CALL_FUNCTION:
+            return None, arguments  # a built-in tool's action: its shape is the provider's
+        errors = sorted(self._validators[key].iter_errors(arguments), key=str)
         if errors:
             where = "/".join(str(part) for part in errors[0].absolute_path)
             at = f" at {where}" if where else ""
             return f"arguments do not match the schema{at}: {errors[0].message}", {}
         return None, arguments
+
+    def _not_exposed(self, call: OutputCall) -> str:
+        """Why a call names no tool of the request."""
+        if call.form not in (CALL_FUNCTION, CALL_CUSTOM):
+            return f"a {call.form} item, but the request declares no such built-in tool"
+        exposed = ", ".join(
+            sorted(
+                _qualified(namespace, name)
+                for namespace, name, form in self._tools
+                if form in (CALL_FUNCTION, CALL_CUSTOM)
+            )
+        )
+        what = "custom tool" if call.form == CALL_CUSTOM else "tool"
+        qualified = _qualified(call.namespace, call.name)
+        return f"{what} {qualified!r} is not exposed (exposed tools: {exposed or 'none'})"
 
 
 def _parsed_or_empty(arguments: str) -> dict[str, object]:

@@ -3,12 +3,14 @@ gate can stand on the wire, between any client and that provider.
 
 The engine is provider-neutral: it frames the native stream (`sse.SSEFramer`), judges it
 with the provider's own decoder and the gate, forwards or holds each judged event (in its
-canonical form, `sse.canonical_frame`), and ends a refused stream with one error. A `Gateway` supplies the rest, for one protocol: the tools a
-native request exposes, whether a request asks for a stream, which raw events begin an
-action or state the finish (so that the engine holds from there on), which events the
-decoder skips unread (never forwarded), which events are keep-alives, and the bytes of a keep-alive and of the protocol's stream error (the one its
-official SDK raises on); for a whole (non-streaming) response, the stream it is the snapshot
-of and the protocol's error body. Each provider implements it in `providers/<name>/gateway.py`.
+canonical form, `sse.canonical_frame`), and ends a refused stream with one error. A
+`Gateway` supplies the rest, for one protocol: the tools a native request exposes, whether a
+request asks for a stream, which raw events begin an action or state the finish (so that the
+engine holds from there on), which events the decoder skips unread (never forwarded), which
+events are keep-alives, and the bytes of a keep-alive and of the protocol's stream error (the
+one its official SDK raises on); for a whole (non-streaming) response, the stream it is the
+snapshot of and the protocol's error body. Each provider implements it in
+`providers/<name>/gateway.py`.
 
 `declared_tool` builds the `ToolSpec` of a tool as a request declares it (any name, any
 schema: the provider's API has the last word on both), for every gateway alike.
@@ -22,6 +24,7 @@ from typing import Any, Protocol
 
 from .codec import StreamDecoder
 from .conversation import ToolSpec
+from .events import CALL_FUNCTION
 from .sse import ServerSentEvent
 
 __all__ = ["HOP_BY_HOP", "DeclaredTool", "Gateway", "Refusal", "declared_tool", "declared_tools"]
@@ -163,17 +166,24 @@ def _permissive(schema: object) -> dict[str, Any]:
 
 
 def declared_tool(
-    name: object, description: object, schema: object, *, validate_schemas: bool
+    name: object,
+    description: object,
+    schema: object,
+    *,
+    validate_schemas: bool,
+    namespace: str = "",
+    form: str = CALL_FUNCTION,
 ) -> ToolSpec | None:
     """The `ToolSpec` of one declared tool (None when it has no name). Its schema is used
-    when `validate_schemas` is asked and it is usable; otherwise a permissive one."""
+    when `validate_schemas` is asked and it is usable; otherwise a permissive one (a
+    custom or built-in tool's calls carry no JSON Schema'd object: always permissive)."""
     if not isinstance(name, str) or not name:
         return None
     text = description if isinstance(description, str) else ""
-    if validate_schemas and _usable_schema(schema):
+    if form == CALL_FUNCTION and validate_schemas and _usable_schema(schema):
         assert isinstance(schema, Mapping)
-        return DeclaredTool(name, text, dict(schema))
-    return DeclaredTool(name, text, _permissive(schema))
+        return DeclaredTool(name, text, dict(schema), namespace, form)
+    return DeclaredTool(name, text, _permissive(schema), namespace, form)
 
 
 def declared_tools(

@@ -312,7 +312,18 @@ def test_every_responses_output_item_is_judged_in_its_place() -> None:
     with_shell = {**body, "output": [*body["output"], shell]}
     refused = judged("responses", json.dumps(with_shell).encode())
     assert isinstance(refused.outcome, Refused)
-    assert refused.outcome.refusal.kind == "unsupported_output"
+    assert refused.outcome.refusal.kind == "invalid_batch"  # the request declares no shell
+    assert "a local_shell_call item, but the request declares no such built-in tool" in (
+        refused.outcome.refusal.message
+    )
+    request = request_for("responses")
+    declared = {**request, "tools": [*request["tools"], {"type": "local_shell"}]}
+    runs = judge_whole(registry_entry("responses"), declared, json.dumps(with_shell).encode())
+    assert isinstance(runs.outcome, Accepted)  # a client that declared the shell may run it
+    assert [call.name for call in runs.outcome.decision.message.tool_calls] == [
+        "edit",
+        "local_shell_call",
+    ]
     call = body["output"][-1]
     twice = {**body, "output": [*body["output"], {**call, "call_id": "call_2"}]}
     duplicated = judged("responses", json.dumps(twice).encode())

@@ -219,7 +219,9 @@ def output_in_the_start() -> Events:
 
 # `call_mismatch` where a function call is stated differently (or stated in one place and
 # not another), as the gate names a snapshot call that differs from the streamed one;
-# `lifecycle` for the order and identity of every other item.
+# `lifecycle` for the order and identity of every other item. A `local_shell_call` is a call
+# only in front of a client that may run it (the engine): there it is `call_mismatch`
+# (`ENGINE_KINDS`); lockgate's own loop, which never runs one, calls it `lifecycle`.
 REFUSED: dict[str, tuple[Callable[[], Events], FailureKind]] = {
     "done-other-arguments": (done_with_other_arguments, FailureKind.CALL_MISMATCH),
     "done-other-call-id": (done_with_other_call_id, FailureKind.CALL_MISMATCH),
@@ -248,11 +250,17 @@ def test_the_unmutated_stream_is_accepted() -> None:
     assert _verdicts(_completed(_stream())) == ((True, "accepted"), (True, "accepted"))
 
 
+ENGINE_KINDS = {
+    "extra-done-never-added": FailureKind.CALL_MISMATCH,
+    "extra-item-outside-snapshot": FailureKind.CALL_MISMATCH,
+}
+
+
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_an_item_a_client_reads_that_the_gate_did_not_judge_is_refused(name: str) -> None:
     mutate, kind = REFUSED[name]
-    expected = (False, str(kind))
-    assert _verdicts(mutate()) == (expected, expected)
+    engine = ENGINE_KINDS.get(name, kind)
+    assert _verdicts(mutate()) == ((False, str(kind)), (False, str(engine)))
 
 
 # --- what real traffic does, which stays accepted ---------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any
 from ...conversation import Usage
 from ...errors import FailureKind, ResponseFailure
 from ...events import (
+    CALL_CUSTOM,
     MAX_NATIVE_BYTES,
     OutputCall,
     OutputItem,
@@ -54,6 +55,7 @@ from ..decoding import (
     CONTENT_BEGAN,
     NOTHING,
     UsageFields,
+    compact_json,
     malformed,
     object_field,
     optional_string_field,
@@ -77,6 +79,28 @@ PROVIDER_EXECUTED_ITEMS = frozenset(
         "tool_search_output",
     }
 )
+# Provider output that is no tool at all: a compaction of the conversation so far (opaque,
+# replayed as it came).
+PROVIDER_OUTPUT_ITEMS = PROVIDER_EXECUTED_ITEMS | {"compaction"}
+# The built-in tools a client executes itself, by their type in a request's `tools`, and the
+# item type of their calls. Only a client that declared one runs its items: lockgate's own
+# loop declares none and refuses them (`client_items`).
+CLIENT_BUILTIN_TOOLS = {
+    "shell": "shell_call",
+    "local_shell": "local_shell_call",
+    "apply_patch": "apply_patch_call",
+    "computer_use_preview": "computer_call",
+    "computer": "computer_call",
+}
+_CLIENT_BUILTIN_ITEMS = frozenset(CLIENT_BUILTIN_TOOLS.values())
+_CUSTOM = "custom_tool_call"
+# The item types that are calls: lockgate's own loop reads function calls only; in front of
+# another client (`client_items`), custom tool calls and client-executed built-in tool items
+# too.
+_OWN_CALLS = frozenset({"function_call"})
+_CLIENT_CALLS = frozenset({"function_call", _CUSTOM, *_CLIENT_BUILTIN_ITEMS})
+# Items whose arguments stream in fragments: a function call's JSON, a custom call's input.
+_STREAMED_CALLS = frozenset({"function_call", _CUSTOM})
 
 
 _TERMINAL = frozenset({"response.completed", "response.failed", "response.incomplete", "error"})
@@ -85,7 +109,6 @@ _TERMINAL = frozenset({"response.completed", "response.failed", "response.incomp
 # what they make lockgate retain).
 MAX_OUTPUT_ITEMS = 256
 MAX_OUTPUT_ITEM_IDENTITY_CHARS = MAX_NATIVE_BYTES
-_CALL = "function_call"
 _REASONING = "reasoning"
 
 
@@ -97,10 +120,15 @@ def _lifecycle(message: str) -> ResponseFailure:
     return ResponseFailure(FailureKind.LIFECYCLE, message)
 
 
-def _disagreement_kind(*kinds: str) -> FailureKind:
-    """Statements of an item that disagree: about a function call, `call_mismatch` (as the
-    gate names a snapshot call that differs from the streamed one); else `lifecycle`."""
-    return FailureKind.CALL_MISMATCH if _CALL in kinds else FailureKind.LIFECYCLE
+def _disagreement_kind(call_kinds: frozenset[str], *kinds: str) -> FailureKind:
+    """Statements of an item that disagree: about a call (an item of `call_kinds`),
+    `call_mismatch` (as the gate names a snapshot call that differs from the streamed one);
+    else `lifecycle`."""
+    return (
+        FailureKind.CALL_MISMATCH
+        if any(kind in call_kinds for kind in kinds)
+        else FailureKind.LIFECYCLE
+    )
 
 
 def _place(value: object) -> int:
@@ -110,12 +138,31 @@ def _place(value: object) -> int:
 
 
 def _call_of(item: dict[str, Any]) -> OutputCall:
+    """The call an item states: a function call (its JSON arguments, its namespace), a
+    custom tool call (its free-text input), or a client-executed built-in tool's item (its
+    type as name and form, its action as compact JSON)."""
+    kind = item.get("type")
+    key = optional_string_field(item.get("id"), "item.id")
+    call_id = optional_string_field(item.get("call_id"), "item.call_id")
+    namespace = optional_string_field(item.get("namespace"), "item.namespace")
+    if kind == _CUSTOM:
+        text = optional_string_field(item.get("input"), "item.input")
+        name = optional_string_field(item.get("name"), "item.name")
+        return OutputCall(key, call_id, name, text, namespace, CALL_CUSTOM)
+    if kind in _CLIENT_BUILTIN_ITEMS:
+        action = {k: v for k, v in item.items() if k not in _NOT_ACTION}
+        return OutputCall(key, call_id, str(kind), compact_json(action), "", str(kind))
     return OutputCall(
-        optional_string_field(item.get("id"), "item.id"),
-        optional_string_field(item.get("call_id"), "item.call_id"),
+        key,
+        call_id,
         optional_string_field(item.get("name"), "item.name"),
         optional_string_field(item.get("arguments"), "item.arguments"),
+        namespace,
     )
+
+
+# What a built-in tool's item states besides its action: identity, type and progress.
+_NOT_ACTION = frozenset({"id", "call_id", "type", "status"})
 
 
 class _Streamed:
@@ -141,11 +188,12 @@ class _Items:
     with the snapshot's call: the gate holds the snapshot's calls to the streamed ones, so
     every statement of a call is then the judged call."""
 
-    __slots__ = ("_chars", "arguments_done", "calls", "done_calls", "streamed")
+    __slots__ = ("_chars", "arguments_done", "call_kinds", "calls", "done_calls", "streamed")
 
-    def __init__(self) -> None:
+    def __init__(self, call_kinds: frozenset[str]) -> None:
+        self.call_kinds = call_kinds  # the item types read as calls
         self.streamed: dict[int, _Streamed] = {}
-        self.calls: dict[str, int] = {}  # a function call's item id -> its place
+        self.calls: dict[str, int] = {}  # a streamed call's item id -> its place
         self.done_calls: dict[int, OutputCall] = {}  # place -> the call its `.done` states
         self.arguments_done: dict[str, tuple[str, str | None]] = {}  # id -> (arguments, name)
         self._chars = 0
@@ -166,7 +214,7 @@ class _Items:
                 f"output item types and ids exceeded {MAX_OUTPUT_ITEM_IDENTITY_CHARS} characters",
             )
         self.streamed[place] = _Streamed(kind, item_id)
-        if kind == _CALL:
+        if kind in _STREAMED_CALLS and kind in self.call_kinds:
             self.calls[item_id] = place
 
     def done(self, payload: dict[str, Any], item: dict[str, Any]) -> None:
@@ -178,19 +226,19 @@ class _Items:
         if place is None or streamed is None:
             where = "" if place is None else f" {place}"
             raise ResponseFailure(
-                _disagreement_kind(kind),
+                _disagreement_kind(self.call_kinds, kind),
                 f"output item{where} ({kind or 'untyped'} {item_id!r}) is done but was never added",
             )
         if streamed.done:
             raise _lifecycle(f"output item {place} ({streamed.names()}) is done twice")
         if (streamed.kind, streamed.item_id) != (kind, item_id):
             raise ResponseFailure(
-                _disagreement_kind(kind, streamed.kind),
+                _disagreement_kind(self.call_kinds, kind, streamed.kind),
                 f"output item {place} was added as {streamed.names()} and is done as "
                 f"{kind or 'untyped'} {item_id!r}",
             )
         streamed.done = True
-        if kind == _CALL:
+        if kind in self.call_kinds:
             self.done_calls[place] = _call_of(item)
 
     def _open_place(self, kind: str, item_id: str) -> int | None:
@@ -212,9 +260,11 @@ class _Items:
                 f"not the item's ({place})"
             )
 
-    def arguments_finished(self, payload: dict[str, Any]) -> None:
+    def arguments_finished(self, payload: dict[str, Any], field: str = "arguments") -> None:
+        """A call's arguments (or a custom call's input: `field`) are done: kept to be
+        compared with the snapshot's call."""
         key = string_field(payload.get("item_id"), "item_id")
-        arguments = string_field(payload.get("arguments"), "arguments")
+        arguments = string_field(payload.get(field), field)
         name = payload.get("name")
         stated = None if name is None else string_field(name, "name")
         if key not in self.calls:
@@ -230,7 +280,7 @@ class _Items:
         for place, streamed in sorted(self.streamed.items()):
             if place >= len(output):
                 return (
-                    _disagreement_kind(streamed.kind),
+                    _disagreement_kind(self.call_kinds, streamed.kind),
                     f"streamed output item {place} ({streamed.names()}) is missing from the "
                     "terminal response",
                 )
@@ -239,7 +289,7 @@ class _Items:
             item_id = optional_string_field(listed.get("id"), "output item id")
             if kind != streamed.kind or (item_id != streamed.item_id and kind != _REASONING):
                 return (
-                    _disagreement_kind(kind, streamed.kind),
+                    _disagreement_kind(self.call_kinds, kind, streamed.kind),
                     f"output item {place} streamed as {streamed.names()} is "
                     f"{kind or 'untyped'} {item_id!r} in the terminal response",
                 )
@@ -248,7 +298,7 @@ class _Items:
             kind = optional_string_field(output[place].get("type"), "output item type")
             item_id = optional_string_field(output[place].get("id"), "output item id")
             return (
-                _disagreement_kind(kind),
+                _disagreement_kind(self.call_kinds, kind),
                 f"terminal output item {place} ({kind or 'untyped'} {item_id!r}) was never "
                 "streamed",
             )
@@ -264,22 +314,39 @@ class _Items:
             if arguments != listed_call.arguments or name not in (None, listed_call.name):
                 return (
                     FailureKind.CALL_MISMATCH,
-                    f"the function_call_arguments.done of tool item {key!r} differs from the "
-                    "terminal response",
+                    f"the arguments (or input) done event of tool item {key!r} differs from "
+                    "the terminal response",
                 )
         return None
 
 
 class ResponsesDecoder:
-    """Maps one Responses stream's events to normalized events."""
+    """Maps one Responses stream's events to normalized events.
 
-    __slots__ = ("_call_places", "_ended", "_handlers", "_incomplete_calls", "_items", "_started")
+    `client_items`: the decoder stands in front of another client (the gating engine), and
+    reads as calls what that client may execute besides function calls: custom tool calls
+    (their free-text input streamed like arguments) and the items of client-executed
+    built-in tools (`shell_call`, `apply_patch_call`, …: a call whose arguments are the
+    item's action, started when its `.done` states it whole). The gate then holds each to a
+    tool the request declares. Without it (lockgate's own loop) such items cannot be
+    replayed and are refused (`unsupported_output`)."""
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "_call_kinds",
+        "_call_places",
+        "_ended",
+        "_handlers",
+        "_incomplete_calls",
+        "_items",
+        "_started",
+    )
+
+    def __init__(self, *, client_items: bool = False) -> None:
         self._started = False
         self._ended = False  # a terminal event was decoded
         self._incomplete_calls: list[str] = []  # calls whose item.done said `incomplete`
-        self._items = _Items()
+        self._call_kinds = _CLIENT_CALLS if client_items else _OWN_CALLS
+        self._items = _Items(self._call_kinds)
         self._call_places = self._items.calls  # read on every argument delta
         self._handlers: dict[str, Callable[[dict[str, Any]], Sequence[StreamEvent]]] = {
             "response.output_text.delta": self._text_delta,
@@ -298,6 +365,9 @@ class ResponsesDecoder:
             "response.incomplete": self._incomplete,
             "error": self._error,
         }
+        if client_items:
+            self._handlers["response.custom_tool_call_input.delta"] = self._arguments_delta
+            self._handlers["response.custom_tool_call_input.done"] = self._input_done
 
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
         if event.data == b"[DONE]":
@@ -361,33 +431,44 @@ class ResponsesDecoder:
         self._items.arguments_finished(payload)
         return NOTHING
 
+    def _input_done(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
+        self._items.arguments_finished(payload, "input")
+        return NOTHING
+
     def _item_added(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = object_field(payload.get("item"), "item")
         kind = optional_string_field(item.get("type"), "item.type")
         item_id = optional_string_field(item.get("id"), "item.id")
         self._items.added(payload, kind, item_id)
-        if kind != _CALL:
+        if kind not in self._call_kinds or kind not in _STREAMED_CALLS:
             # Output began (a message, reasoning that may be encrypted only, a tool the
-            # provider runs itself): the response is no longer a stream that never started.
+            # provider runs itself; a built-in tool's item, a call once its `.done` states it
+            # whole): the response is no longer a stream that never started.
             return CONTENT_BEGAN
+        return (self._started_call(item, payload),)
+
+    def _started_call(self, item: dict[str, Any], payload: dict[str, Any]) -> ToolCallStarted:
         call = _call_of(item)
-        return (
-            ToolCallStarted(
-                call.key,
-                call.call_id,
-                call.name,
-                call.arguments,
-                response_id=self._identity(payload),
-            ),
+        return ToolCallStarted(
+            call.key,
+            call.call_id,
+            call.name,
+            call.arguments,
+            call.namespace,
+            call.form,
+            response_id=self._identity(payload),
         )
 
     def _item_done(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = object_field(payload.get("item"), "item")
         self._items.done(payload, item)
-        if item.get("type") == _CALL and item.get("status") not in (None, "completed"):
+        kind = item.get("type")
+        if kind in self._call_kinds and item.get("status") not in (None, "completed"):
             self._incomplete_calls.append(
                 optional_string_field(item.get("call_id"), "item.call_id")
             )
+        elif kind in self._call_kinds and kind not in _STREAMED_CALLS:
+            return (self._started_call(item, payload),)  # a built-in tool's item, whole
         return NOTHING
 
     def _start(self, payload: dict[str, Any], *, created: bool) -> Sequence[StreamEvent]:
@@ -426,12 +507,14 @@ class ResponsesDecoder:
         if type(output) is not list:
             raise malformed("response.output must be a list")
         items = tuple(
-            item for raw in output for item in _output_items(object_field(raw, "output item"))
+            item
+            for raw in output
+            for item in _output_items(object_field(raw, "output item"), self._call_kinds)
         )
         incomplete = self._incomplete_calls + [
             call_id
             for raw in output
-            if raw.get("type") == "function_call" and raw.get("status") not in (None, "completed")
+            if raw.get("type") in self._call_kinds and raw.get("status") not in (None, "completed")
             for call_id in [str(raw.get("call_id"))]
         ]
         if incomplete:
@@ -490,13 +573,13 @@ class ResponsesDecoder:
         return (provider_error(error),)
 
 
-def _output_items(item: dict[str, Any]) -> list[OutputItem]:
+def _output_items(item: dict[str, Any], call_kinds: frozenset[str]) -> list[OutputItem]:
     kind = item.get("type")
-    if kind == _CALL:
+    if kind in call_kinds:
         return [_call_of(item)]
     if kind == _REASONING:
         return [OutputNative("reasoning", item)]
-    if kind in PROVIDER_EXECUTED_ITEMS and item.get("execution") != "client":
+    if kind in PROVIDER_OUTPUT_ITEMS and item.get("execution") != "client":
         return [OutputNative("provider_output", item)]
     if kind == "message":
         content = item.get("content", [])

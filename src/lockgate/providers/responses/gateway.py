@@ -2,9 +2,18 @@
 native `POST /responses` body, the output items that begin an action, and the stream error
 the `openai` SDK raises on.
 
-- **Tools**: the flat function tools (`{"type": "function", "name", "description",
-  "parameters"}`); built-in tools (`web_search`, `file_search`, `mcp`, …) are the
-  provider's, and their items are provider output, never calls.
+- **Tools**: what a call may name, declared in the request's `tools` and in every
+  `additional_tools` input item (Codex declares its tools there): flat function tools
+  (`{"type": "function", "name", "description", "parameters"}`), custom (free-form) tools
+  (`{"type": "custom", "name", "format"}`: a call's input is any text; a grammar or format
+  is not checked), both also grouped under a `namespace` (`{"type": "namespace", "name",
+  "tools": [...]}`: a call names the group and the tool), and the built-in tools a client
+  executes itself (`shell`, `local_shell`, `apply_patch`, `computer_use_preview`,
+  `computer`: their `shell_call`, … items are calls, valid only when the request declared
+  that tool). Other built-in tools (`web_search`, `file_search`, `mcp`, …) are the
+  provider's, and their items, like `compaction` items, are provider output, never calls.
+  The decoder reads all of these (`ResponsesDecoder(client_items=True)`); lockgate's own
+  loop does not, and refuses them.
 - **Held from**: every event but the previews and parts of messages and reasoning
   (`_PREVIEW`) and the `response.output_item.added` / `.done` of a `message` or `reasoning`
   item: a function call, its arguments and `.done` events, a provider-executed tool, an item
@@ -18,9 +27,9 @@ the `openai` SDK raises on.
   numbered it. `type` is `server_error` when a new request may succeed (lockgate's own
   decoder then reads it as transient), `lockgate_refused` otherwise; `code` names the
   failure (`lockgate_<kind>`).
-- **A whole response** (no `stream`) is judged as the stream `response.created`, one
-  `response.output_item.added` per output item at its place in `output` (a call's
-  arguments whole), and the terminal its `status` names with the response as the
+- **A whole response** (no `stream`) is judged as the stream `response.created`, an
+  `response.output_item.added` and `.done` per output item at its place in `output` (a
+  call's arguments whole), and the terminal its `status` names with the response as the
   snapshot; a refused one becomes `{"error": {…}}` (the stream error's object) as a 502
   body.
 - **Keep-alives**: an SSE comment.
@@ -32,11 +41,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import Refusal, declared_tools
+from ...events import CALL_CUSTOM
+from ...gateway import Refusal, declared_tool
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
-from .decoder import ResponsesDecoder
+from .decoder import CLIENT_BUILTIN_TOOLS, ResponsesDecoder
 
 __all__ = ["GATEWAY", "ResponsesGateway"]
 
@@ -91,10 +101,15 @@ class ResponsesGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        return declared_tools(request, _function_tool, validate_schemas=validate_schemas)
+        found: list[ToolSpec] = []
+        for tool, namespace in _declarations(request):
+            spec = _declared(tool, namespace, validate_schemas)
+            if spec is not None:
+                found.append(spec)
+        return tuple(found)
 
     def new_decoder(self) -> ResponsesDecoder:
-        return ResponsesDecoder()
+        return ResponsesDecoder(client_items=True)
 
     def begins_hold(self, event: ServerSentEvent) -> bool:
         name = event.event
@@ -129,10 +144,12 @@ class ResponsesGateway:
         start = {**response, "output": [], "status": "in_progress"}
         frames = [_frame("response.created", {"response": start})]
         for place, item in enumerate(items):
-            # Every item, at its place in the list the client reads: the decoder holds the
-            # snapshot to exactly the items that were added (a call's arguments whole).
-            added = {"output_index": place, "item": item}
-            frames.append(_frame("response.output_item.added", added))
+            # Every item, at its place in the list the client reads, added and done: the
+            # decoder holds the snapshot to exactly the items that were added (a call's
+            # arguments whole; a built-in tool's item is a call once done).
+            stated = {"output_index": place, "item": item}
+            frames.append(_frame("response.output_item.added", stated))
+            frames.append(_frame("response.output_item.done", stated))
         status = response.get("status")
         terminal = _TERMINALS.get(status, "response.completed") if type(status) is str else None
         frames.append(_frame(terminal or "response.completed", {"response": response}))
@@ -181,11 +198,53 @@ def _sequence_number(event: ServerSentEvent | None) -> int | None:
     return number if type(number) is int and number >= 0 else None
 
 
-def _function_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:
-    """A flat function tool's (name, description, parameters); None for a built-in tool."""
-    if tool.get("type") != "function":
-        return None
-    return tool.get("name"), tool.get("description"), tool.get("parameters")
+def _declarations(request: Mapping[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """Every tool the request declares, with the namespace it is declared in ("": none):
+    the `tools` list's and each `additional_tools` input item's, namespace groups opened."""
+    lists: list[object] = [request.get("tools")]
+    items = request.get("input")
+    if isinstance(items, list):
+        lists.extend(
+            item.get("tools")
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "additional_tools"
+        )
+    found: list[tuple[dict[str, Any], str]] = []
+    for declared in lists:
+        if not isinstance(declared, list):
+            continue
+        for tool in declared:
+            if not isinstance(tool, dict):
+                continue
+            if tool.get("type") != "namespace":
+                found.append((tool, ""))
+                continue
+            name, members = tool.get("name"), tool.get("tools")
+            if isinstance(name, str) and name and isinstance(members, list):
+                found.extend((member, name) for member in members if isinstance(member, dict))
+    return found
+
+
+def _declared(tool: dict[str, Any], namespace: str, validate_schemas: bool) -> ToolSpec | None:
+    """The `ToolSpec` of one declared tool; None for a tool the provider runs itself."""
+    kind = tool.get("type")
+    if kind == "function":
+        return declared_tool(
+            tool.get("name"),
+            tool.get("description"),
+            tool.get("parameters"),
+            validate_schemas=validate_schemas,
+            namespace=namespace,
+        )
+    if kind == "custom":
+        name, description = tool.get("name"), tool.get("description")
+        return declared_tool(
+            name, description, None, validate_schemas=False, namespace=namespace, form=CALL_CUSTOM
+        )
+    item = CLIENT_BUILTIN_TOOLS.get(kind) if isinstance(kind, str) else None
+    if item is not None and not namespace:
+        return declared_tool(item, "", None, validate_schemas=False, form=item)
+    return None
 
 
 GATEWAY = ResponsesGateway()

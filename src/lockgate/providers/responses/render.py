@@ -156,11 +156,15 @@ class ResponseBuilder:
         *,
         finish: bool = True,
         status: str = "completed",
+        namespace: str | None = None,
     ) -> ResponseBuilder:
-        """A function call item; with `finish=False` the stream stops mid-arguments."""
+        """A function call item (in a tool `namespace`, if given); with `finish=False` the
+        stream stops mid-arguments."""
         text = argument_text(arguments)
         index = len(self.output)
         base = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name}
+        if namespace is not None:
+            base["namespace"] = namespace
         added = {**base, "status": "in_progress", "arguments": ""}
         self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
         sent = argument_pieces(text, pieces, cut=not finish)
@@ -185,6 +189,60 @@ class ResponseBuilder:
             }
         )
         item = {**base, "status": status, "arguments": text}
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def custom_call(
+        self,
+        item_id: str,
+        call_id: str,
+        name: str,
+        text: str,
+        pieces: int = 4,
+        *,
+        finish: bool = True,
+        namespace: str | None = None,
+    ) -> ResponseBuilder:
+        """A custom (free-form) tool call item: its input streamed in pieces, then done; with
+        `finish=False` the stream stops mid-input."""
+        index = len(self.output)
+        base = {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": name}
+        if namespace is not None:
+            base["namespace"] = namespace
+        added = {**base, "status": "in_progress", "input": ""}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        where = {"item_id": item_id, "output_index": index}
+        for piece in argument_pieces(text, pieces, cut=not finish):
+            self._emit({"type": "response.custom_tool_call_input.delta", **where, "delta": piece})
+        if not finish:
+            return self
+        self._emit({"type": "response.custom_tool_call_input.done", **where, "input": text})
+        item = {**base, "status": "completed", "input": text}
+        self.output.append(item)
+        return self._emit(
+            {"type": "response.output_item.done", "output_index": index, "item": item}
+        )
+
+    def shell_call(self, item_id: str, call_id: str, commands: list[str]) -> ResponseBuilder:
+        """A client-executed built-in shell call (`shell_call`): added in progress, its
+        commands as progress events, then done whole."""
+        index = len(self.output)
+        base = {"id": item_id, "type": "shell_call", "call_id": call_id}
+        action = {"commands": commands, "timeout_ms": None, "max_output_length": None}
+        added = {**base, "status": "in_progress", "action": {**action, "commands": []}}
+        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
+        for number, command in enumerate(commands):
+            self._emit(
+                {
+                    "type": "response.shell_call_command.added",
+                    "output_index": index,
+                    "command_index": number,
+                    "command": command,
+                }
+            )
+        item = {**base, "status": "completed", "action": action}
         self.output.append(item)
         return self._emit(
             {"type": "response.output_item.done", "output_index": index, "item": item}
