@@ -27,7 +27,15 @@ from .conversation import ToolSpec
 from .events import CALL_FUNCTION
 from .sse import ServerSentEvent
 
-__all__ = ["HOP_BY_HOP", "DeclaredTool", "Gateway", "Refusal", "declared_tool", "declared_tools"]
+__all__ = [
+    "HOP_BY_HOP",
+    "DeclaredTool",
+    "Gateway",
+    "Refusal",
+    "declared_tool",
+    "declared_tools",
+    "schema_problem",
+]
 
 # Hop-by-hop headers (RFC 9110 §7.6.1): never passed on by the proxy, either way.
 HOP_BY_HOP = frozenset(
@@ -136,24 +144,33 @@ class Gateway(Protocol):
 @dataclass(frozen=True, slots=True)
 class DeclaredTool(ToolSpec):
     """A tool as a request declares it: its name and schema are the request's own, taken
-    as they are (the provider validates its requests; lockgate only judges the calls)."""
+    as they are (the provider validates its requests; lockgate only judges the calls).
+    `schema_problem`: why the schema it declares is not one the gate can validate with
+    (its calls are then checked as a JSON object only), or None."""
+
+    schema_problem: str | None = None
 
     def __post_init__(self) -> None:
         pass
 
 
-def _usable_schema(schema: object) -> bool:
-    """A JSON Schema (Draft 2020-12) describing an object, that the gate can validate with."""
-    if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
-        return False
+def schema_problem(schema: object) -> str | None:
+    """Why `schema` is no JSON Schema (Draft 2020-12) describing an object that the gate can
+    validate with, or None when it is one."""
+    if not isinstance(schema, Mapping):
+        return "the schema is not a JSON object"
+    if schema.get("type", "object") != "object":
+        return "the schema does not describe an object"
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
     try:
         Draft202012Validator.check_schema(dict(schema))
-    except (SchemaError, RecursionError):
-        return False
-    return True
+    except SchemaError as exc:
+        return f"not a valid JSON Schema ({exc.message[:200]})"
+    except RecursionError:
+        return "the schema is nested too deeply"
+    return None
 
 
 def _permissive(schema: object) -> dict[str, Any]:
@@ -176,14 +193,20 @@ def declared_tool(
 ) -> ToolSpec | None:
     """The `ToolSpec` of one declared tool (None when it has no name). Its schema is used
     when `validate_schemas` is asked and it is usable; otherwise a permissive one (a
-    custom or built-in tool's calls carry no JSON Schema'd object: always permissive)."""
+    custom or built-in tool's calls carry no JSON Schema'd object: always permissive). A
+    declared schema the gate cannot use is named in `DeclaredTool.schema_problem`, and that
+    tool's calls are checked as a JSON object only: one unusable schema does not refuse
+    every response."""
     if not isinstance(name, str) or not name:
         return None
     text = description if isinstance(description, str) else ""
-    if form == CALL_FUNCTION and validate_schemas and _usable_schema(schema):
-        assert isinstance(schema, Mapping)
-        return DeclaredTool(name, text, dict(schema), namespace, form)
-    return DeclaredTool(name, text, _permissive(schema), namespace, form)
+    if form != CALL_FUNCTION or not validate_schemas or schema is None:
+        return DeclaredTool(name, text, _permissive(schema), namespace, form)
+    problem = schema_problem(schema)
+    if problem is not None:
+        return DeclaredTool(name, text, _permissive(schema), namespace, form, problem)
+    assert isinstance(schema, Mapping)
+    return DeclaredTool(name, text, dict(schema), namespace, form)
 
 
 def declared_tools(

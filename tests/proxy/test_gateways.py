@@ -126,6 +126,14 @@ def test_a_schema_the_gate_cannot_use_falls_back_to_the_permissive_check() -> No
     assert not_an_object is not None
     assert dict(not_an_object.parameters) == {"type": "object"}
     assert declared_tool(7, "", {}, validate_schemas=False) is None
+    # Each says why, for the log (a tool without a schema has nothing to say).
+    assert isinstance(tool, DeclaredTool)
+    assert tool.schema_problem is not None
+    assert tool.schema_problem.startswith("not a valid JSON Schema (")
+    assert isinstance(not_an_object, DeclaredTool)
+    assert not_an_object.schema_problem == "the schema does not describe an object"
+    assert isinstance(no_parameters, DeclaredTool)
+    assert no_parameters.schema_problem is None
 
 
 @pytest.mark.parametrize("provider", PROTOCOLS)

@@ -142,14 +142,16 @@ _TRANSIENT_KINDS = frozenset(
 class GatingOptions:
     """How a stream is judged: the gate's bounds, the per-event byte bound, the silence
     limit and the deadline (the client's defaults), the keep-alive interval while frames
-    are held, and whether calls are checked against the request's own schemas."""
+    are held, and whether calls are checked against the request's own schemas (by
+    default: a schema sent upstream does not replace the host's own validation; a schema
+    the gate cannot use leaves that tool's calls checked as a JSON object only)."""
 
     limits: GateLimits = field(default_factory=GateLimits)
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT_SECONDS
     deadline: float = DEFAULT_DEADLINE_SECONDS
     keepalive_interval: float = DEFAULT_KEEPALIVE_SECONDS
-    validate_schemas: bool = False
+    validate_schemas: bool = True
     hold: Hold = "tools"
     max_held_bytes: int = 0  # 0: DEFAULT_MAX_HELD_BYTES
 
