@@ -3,7 +3,9 @@
 `api_key_problem` vets a key before any request is made; its reason never quotes the key.
 `Redactor` replaces secrets in finished text and in values about to be JSON-encoded;
 `StreamRedactor` does the same for text that arrives in pieces (model deltas), holding back
-just enough that a secret split across two pieces is never released whole.
+just enough that a secret split across two pieces is never released whole;
+`ByteStreamRedactor` does it for bytes of any encoding that arrive in pieces (a response
+body on its way to a client), and `Redactor.redact_bytes` for bytes already whole.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-__all__ = ["MIN_KEY_CHARS", "REDACTED", "Redactor", "StreamRedactor", "api_key_problem"]
+__all__ = [
+    "MIN_KEY_CHARS",
+    "REDACTED",
+    "ByteStreamRedactor",
+    "Redactor",
+    "StreamRedactor",
+    "api_key_problem",
+]
 
 REDACTED = "[redacted]"
 MIN_KEY_CHARS = 4
@@ -74,13 +83,34 @@ class Redactor:
         for secret in secrets:
             if secret:
                 forms |= _forms(secret)
+        self._use(forms)
+
+    def _use(self, forms: set[str]) -> None:
         ordered = sorted(forms, key=lambda form: (-len(form), form))
+        self._forms = tuple(ordered)
         self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
         # The forms a stream may have to hold back the start of (those with proper prefixes).
         # Found by scanning for their first character, not by listing every prefix: that
         # list grows with the square of the key's length (a 8,000-character value took
         # 44 s and 3 GB to prepare).
         self._holdable = tuple(form for form in ordered if len(form) > 1)
+        self._of_bytes: Redactor | None = None
+
+    def _bytes(self) -> Redactor:
+        """The redactor of the same secrets in bytes, as latin-1 text (one character per
+        byte): each form's UTF-8 bytes, and with every `/` written `\\/` too (the escape
+        some JSON encoders write)."""
+        if self._of_bytes is None:
+            forms: set[str] = set()
+            for form in self._forms:
+                raw = form.encode("utf-8", "surrogatepass").decode("latin-1")
+                forms.add(raw)
+                if "/" in raw:
+                    forms.add(raw.replace("/", "\\/"))
+            of_bytes = Redactor()
+            of_bytes._use(forms)
+            self._of_bytes = of_bytes
+        return self._of_bytes
 
     def __call__(self, text: str) -> str:
         """`text` with every secret replaced."""
@@ -104,6 +134,16 @@ class Redactor:
     def stream(self) -> StreamRedactor:
         """A fresh redactor for one stream of text arriving in pieces."""
         return StreamRedactor(self)
+
+    def redact_bytes(self, data: bytes) -> bytes:
+        """`data` (bytes in any encoding, or none) with every secret's bytes replaced."""
+        if self._pattern is None:
+            return data
+        return self._bytes()(data.decode("latin-1")).encode("latin-1")
+
+    def bytes_stream(self) -> ByteStreamRedactor:
+        """A fresh redactor for one stream of bytes arriving in pieces."""
+        return ByteStreamRedactor(self)
 
 
 class StreamRedactor:
@@ -159,3 +199,25 @@ class StreamRedactor:
                     break
                 k = buffer.find(first, k + 1, hold)
         return hold
+
+
+class ByteStreamRedactor:
+    """Redacts bytes that arrive in pieces (a response body, in any encoding or none),
+    exactly as `Redactor.redact_bytes` would redact the whole: a `StreamRedactor` over the
+    bytes read as latin-1 (one character per byte), so that only a tail that could begin a
+    secret is held back, and a secret split across pieces is never released whole."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._text = StreamRedactor(redactor._bytes()) if redactor._pattern is not None else None
+
+    def feed(self, piece: bytes) -> bytes:
+        """The redacted bytes that can be released now that `piece` arrived."""
+        if self._text is None:
+            return piece
+        return self._text.feed(piece.decode("latin-1")).encode("latin-1")
+
+    def flush(self) -> bytes:
+        """Everything still held, redacted; the stream starts afresh afterwards."""
+        if self._text is None:
+            return b""
+        return self._text.flush().encode("latin-1")

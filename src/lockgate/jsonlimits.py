@@ -4,10 +4,17 @@ Every provider decoder parses event data with `parse_event`; the gate parses too
 with `parse_arguments`. Both fail with `ValueError` (a clear message) for invalid JSON, for
 data nested deeper than the limit, and for text that is not UTF-8, so that hostile nesting is
 a malformed event or an invalid call, never an internal error.
+
+`parse_document` parses a large document from a client (the proxy's request bodies) at a
+bounded cost: `check_document` first counts its values and measures its depth with a few
+passes of C code over its bytes (no Python object per value), and refuses one over either
+bound (`TooComplex`) before a parser builds anything.
 """
 
 from __future__ import annotations
 
+import gc
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -128,3 +135,75 @@ def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:
     """A tool call's argument text: strict JSON with finite numbers (no NaN, Infinity or
     1e999) within the nesting bound."""
     return parse_json(text, max_depth, strict=True)
+
+
+# --- a large document, at a bounded cost -------------------------------------------------
+
+
+class TooComplex(ValueError):
+    """A JSON document over a bound (its values or its depth), refused before parsing; the
+    message is a predicate (`holds more than N JSON values`, `nests deeper than N levels`)."""
+
+
+_STRUCTURE = b'"[]{},:'
+_WHITESPACE_BYTES = b" \t\n\r"
+# Every byte but the structure and JSON's whitespace becomes `x`: a number or a literal is
+# then a run of `x`, and so is what a string holds.
+_MARKS = bytes(
+    byte if byte in _STRUCTURE or byte in _WHITESPACE_BYTES else ord("x") for byte in range(256)
+)
+_NESTING_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1, -1 as signed bytes
+
+
+def check_document(data: bytes, max_depth: int, max_values: int) -> None:
+    """Raise `TooComplex` when the JSON text `data` holds more than `max_values` values
+    (object keys counted: `{"a": [1]}` holds four) or nests containers deeper than
+    `max_depth`.
+
+    Exact for JSON; for other text the counts are estimates and the parser decides. The cost
+    is a few passes of C code over the bytes, whatever their shape: escaped backslashes and
+    quotes are removed (no quote inside a string is left escaped); whitespace is dropped and
+    every byte but quotes, brackets, commas and colons becomes `x`; each string shrinks to
+    one quote. Then the values are one more than the commas and colons, plus the containers
+    that are not empty, and the depth is the largest running sum of +1 per opening and -1
+    per closing bracket. The strings are counted first, so that shrinking them makes at
+    most `2 * max_values + 1` pieces."""
+    text = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marked = text.translate(_MARKS, _WHITESPACE_BYTES)
+    if marked.count(b'"') // 2 > max_values:
+        raise TooComplex(f"holds more than {max_values} JSON values")
+    outside = b'"'.join(marked.split(b'"')[::2])  # a string: one quote
+    containers = outside.count(b"[") + outside.count(b"{")
+    empty = outside.count(b"[]") + outside.count(b"{}")
+    values = 1 + outside.count(b",") + outside.count(b":") + containers - empty
+    if values > max_values:
+        raise TooComplex(f"holds more than {max_values} JSON values")
+    steps = memoryview(outside.translate(_NESTING_STEPS, b',:x"')).cast("b")
+    if max(itertools.accumulate(steps), default=0) > max_depth:
+        raise TooComplex(f"nests deeper than {max_depth} levels")
+
+
+def parse_document(data: bytes, max_depth: int, max_values: int) -> object:
+    """A JSON document from a client: `check_document`'s bounds first (`TooComplex`), then
+    jiter (C speed, UTF-8 checked) and, for what it refuses, the standard library, which
+    gives the canonical answer or error (`ValueError`; not UTF-8 included). The cyclic
+    garbage collector is paused while the parser builds the value: its containers are all
+    new and alive, and collecting among them as they are made cost several times the parse
+    itself in a process with many live objects."""
+    check_document(data, max_depth, max_values)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if _jiter_loads is not None:
+            try:
+                return _jiter_loads(data, cache_mode="keys")
+            except Exception:
+                pass
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("the document is not UTF-8") from None
+        return _loads(text)
+    finally:
+        if collecting:
+            gc.enable()

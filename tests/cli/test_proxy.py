@@ -1,7 +1,8 @@
 """`lockgate proxy`: usage errors in one line before anything listens (in this process); the
 command as a user runs it (a subprocess in front of the scripted server): its first line,
-one line per request, the held key and the client token never printed, and SIGTERM letting
-a stream in flight end before exit 0."""
+one line per request, the held key and the client token never printed, SIGTERM letting a
+stream in flight end before exit 0, the gate's bounds and the allowed host names as flags,
+and at the file-descriptor limit one line, then accepting again."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import http.client
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -16,14 +18,15 @@ import sys
 import textwrap
 import urllib.parse
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 
 from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.scripted.script import Faults, Turn
 
-from ..helpers import CLI, EDIT, ServerThread, finish, usage_error_line
+from ..helpers import CLI, EDIT, ServerThread, finish, usage_error_line, wait_until
 from ..proxy.support import ends_with_refusal, request_for, tool_events, turn_bytes
 
 HELD_KEY = "sk-held-CLI-SECRET-a1b2c3d4e5f6"
@@ -95,6 +98,37 @@ BAD = {
         "lockgate proxy: error: argument --idle-timeout: must be a positive number of seconds "
         "(see lockgate proxy --help)"
     ),
+    ("proxy", "--upstream", "https://api.example", "--max-calls", "0"): (
+        "lockgate proxy: error: argument --max-calls: must be between 1 and 1000000000 "
+        "(see lockgate proxy --help)"
+    ),
+    ("proxy", "--upstream", "https://api.example", "--max-argument-chars", "lots"): (
+        "lockgate proxy: error: argument --max-argument-chars: 'lots' is not a whole number "
+        "(see lockgate proxy --help)"
+    ),
+    ("proxy", "--upstream", "https://api.example", "--max-text-chars", "1e9"): (
+        "lockgate proxy: error: argument --max-text-chars: '1e9' is not a whole number "
+        "(see lockgate proxy --help)"
+    ),
+    ("proxy", "--upstream", "https://api.example", "--head-timeout", "0"): (
+        "lockgate proxy: error: argument --head-timeout: must be a positive number of seconds "
+        "(see lockgate proxy --help)"
+    ),
+    ("proxy", "--upstream", "https://api.example", "--allow-host", "gate.example"): (
+        "lockgate: --allow-host only matters for a proxy that holds a key (--api-key-env)"
+    ),
+    ("proxy", "--upstream", "https://api.example", "--key-on-any-path", "--allow-host", "g"): (
+        "lockgate: --allow-host and --key-on-any-path only matter for a proxy that holds a key "
+        "(--api-key-env)"
+    ),
+    (
+        "proxy",
+        *("--upstream", "https://api.example", "--api-key-env", "LG_PROXY_KEY"),
+        *("--allow-host", "gate.example/x"),
+    ): (
+        "lockgate: --allow-host: 'gate.example/x' is not a host name (letters, digits, '-' and "
+        "'_' between dots)"
+    ),
 }
 
 
@@ -116,13 +150,14 @@ def test_a_port_in_use_is_one_line_exit_two(cli: CLI) -> None:
 
 
 def test_the_parsers_defaults_are_the_proxys_own() -> None:
-    from lockgate.cli.args import PROXY_KEEPALIVE_SECONDS, PROXY_MAX_STREAMS
+    from lockgate.cli.args import HEAD_TIMEOUT_SECONDS, PROXY_KEEPALIVE_SECONDS, PROXY_MAX_STREAMS
     from lockgate.proxy.engine import DEFAULT_KEEPALIVE_SECONDS
-    from lockgate.proxy.server import DEFAULT_MAX_STREAMS
+    from lockgate.proxy.server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_STREAMS
 
-    assert (PROXY_KEEPALIVE_SECONDS, PROXY_MAX_STREAMS) == (
+    assert (PROXY_KEEPALIVE_SECONDS, PROXY_MAX_STREAMS, HEAD_TIMEOUT_SECONDS) == (
         DEFAULT_KEEPALIVE_SECONDS,
         DEFAULT_MAX_STREAMS,
+        DEFAULT_HEAD_TIMEOUT,
     )
 
 
@@ -285,3 +320,116 @@ def test_json_lines_and_sigint() -> None:
     ]
     assert all(isinstance(r["duration_ms"], float) for r in records)
     assert err.splitlines() == ["lockgate proxy: stopped after 2 requests"]
+
+
+# --- the gate's bounds and the allowed host names -------------------------------------------
+
+TWO_CALLS = Turn(reply=Reply("r3", (Call("call_1", "edit", EDIT), Call("call_2", "edit", EDIT))))
+
+
+def request_with(url: str, headers: dict[str, str], method: str = "POST") -> tuple[int, bytes]:
+    conn = connection(url)
+    try:
+        body = json.dumps(request_for("chat")) if method == "POST" else None
+        conn.request(method, PATH if method == "POST" else "/v1/models", body, headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_the_gates_bounds_and_the_allowed_hosts_are_flags() -> None:
+    env = {"LG_KEY": HELD_KEY}
+    flags = ("--api-key-env", "LG_KEY", "--max-calls", "1", "--allow-host", "gate.internal")
+    with (
+        ServerThread([TWO_CALLS], provider="chat") as server,
+        running_proxy(server.base_url.removesuffix("/v1"), *flags, env=env) as (proc, url, _),
+    ):
+        json_type = {"content-type": "application/json"}
+        refused = request_with(url, {**json_type, "host": "gate.internal:8787"})
+        rebound = request_with(url, {**json_type, "host": "rebind.example:8787"})
+        files = request_with(url, {}, "GET")
+        proc.send_signal(signal.SIGTERM)
+        code, out, err = finish(proc)
+    assert code == 0, err
+    assert refused[0] == 200
+    assert ends_with_refusal(refused[1], "chat")
+    assert b"bound_exceeded" in refused[1]
+    assert tool_events(refused[1]) == []
+    assert rebound[0] == 403
+    assert files[0] == 404  # GET /v1/models takes the key: the scripted server's answer
+    lines = out.splitlines()
+    assert "withheld 2 calls: bound_exceeded: " in lines[0]
+    assert " rejected: the Host 'rebind.example:8787' is not this proxy's" in lines[1]
+    assert HELD_KEY not in out + err
+
+
+# --- at the file-descriptor limit ------------------------------------------------------------
+
+
+def test_at_the_descriptor_limit_one_line_then_accepting_again(tmp_path: Path) -> None:
+    """With 32 descriptors the proxy runs out after about 20 connections: new ones wait in
+    the listening backlog. It says so in one line (no traceback, however many tries), and
+    accepts again once connections close."""
+
+    def low_limit() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (32, hard))
+
+    errors = tmp_path / "stderr"
+    with (
+        ServerThread([], provider="chat") as server,
+        errors.open("w") as stderr,
+    ):
+        upstream = server.base_url.removesuffix("/v1")
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("LG_")}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lockgate", "proxy", "--upstream", upstream],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=environment,
+            preexec_fn=low_limit,
+        )
+        try:
+            assert process.stdout is not None
+            match = LISTENING.fullmatch(process.stdout.readline().rstrip("\n"))
+            assert match is not None, errors.read_text()
+            url = match[1]
+            address = urllib.parse.urlsplit(url)
+            assert address.hostname is not None
+            assert address.port is not None
+
+            def alive() -> bool:
+                return process.poll() is None
+
+            def said(words: str) -> bool:
+                return any(words in line for line in errors.read_text().splitlines())
+
+            with ExitStack() as clients:
+                for _ in range(40):
+                    clients.enter_context(
+                        socket.create_connection((address.hostname, address.port), timeout=30)
+                    )
+                wait_until(lambda: said("cannot accept new connections"), "the line", alive=alive)
+            wait_until(lambda: said("accepting connections again"), "accepting", alive=alive)
+            status = request_with(url, {}, "GET")[0]
+            process.send_signal(signal.SIGINT)
+            code, _, _ = finish(process)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    lines = errors.read_text().splitlines()
+    assert code == 0
+    assert status == 404  # served again: the scripted server's answer, passed back
+    assert "Traceback" not in errors.read_text()
+    blocked = [line for line in lines if "cannot accept new connections" in line]
+    assert blocked[0] == (
+        "lockgate proxy: cannot accept new connections: Too many open files (EMFILE); they "
+        "wait and are accepted as descriptors free up"
+    )
+    assert len(blocked) <= 3  # one line at most every 10 s, not one per try
+    assert lines[-1] == "lockgate proxy: stopped after 1 request"
+    assert set(lines) <= {*blocked, "lockgate proxy: accepting connections again", lines[-1]}

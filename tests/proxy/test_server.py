@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -336,6 +336,37 @@ async def own_upstream() -> AsyncIterator[tuple[str, list[Seen]]]:
         await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def serve_app(
+    answer: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """A loopback aiohttp upstream of the test's own, answering every method and path with
+    `answer`; yields its origin."""
+    app = web.Application(client_max_size=2 * DEFAULT_MAX_REQUEST_BYTES)
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def raw_exchange(url: str, data: bytes, *, limit: float = 30.0) -> bytes:
+    """Send `data` on a new connection to the proxy at `url`; everything it answers until it
+    closes the connection (`limit`: a guard against a hang, not a measure of time)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(data)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), limit)
+    finally:
+        writer.close()
+
+
 async def test_other_paths_and_methods_pass_through_unchanged() -> None:
     async with (
         own_upstream() as (base, seen),
@@ -377,7 +408,7 @@ async def test_without_a_held_key_the_clients_credentials_go_upstream() -> None:
         (PATHS["responses"], {}, ("Authorization", f"Bearer {HELD_KEY}")),
         (PATHS["anthropic"], {"anthropic-version": "2023-06-01"}, ("x-api-key", HELD_KEY)),
         ("/v1/messages/count_tokens", {"anthropic-version": "2023-06-01"}, ("x-api-key", HELD_KEY)),
-        ("/v1/models", {}, ("Authorization", f"Bearer {HELD_KEY}")),
+        ("/v1/responses/input_tokens", {}, ("Authorization", f"Bearer {HELD_KEY}")),
     ],
 )
 async def test_a_held_key_replaces_the_clients_credentials(
@@ -557,7 +588,7 @@ def test_the_gunicorn_factory_reads_its_config_from_the_environment() -> None:
             {"LOCKGATE_UPSTREAM": "https://a.b", "LOCKGATE_API_KEY_ENV": "MY_KEY"}
         )
     # A held key without a client token: an open relay wherever gunicorn binds.
-    with pytest.raises(ValueError, match="needs LOCKGATE_CLIENT_TOKEN_ENV"):
+    with pytest.raises(ValueError, match="needs LOCKGATE_CLIENT_TOKEN_FILE or LOCKGATE_CLIENT"):
         config_from_environment(
             {"LOCKGATE_UPSTREAM": "https://a.b", "LOCKGATE_API_KEY_ENV": "K", "K": HELD_KEY}
         )
@@ -587,9 +618,9 @@ async def test_the_gunicorn_factory_builds_the_application(
     monkeypatch.setenv("FACTORY_KEY", HELD_KEY)
     monkeypatch.setenv("LOCKGATE_CLIENT_TOKEN_ENV", "FACTORY_TOKEN")
     monkeypatch.setenv("FACTORY_TOKEN", "client-token-5678")
-    app = await app_factory()
-    assert isinstance(app, web.Application)
-    assert app._client_max_size == DEFAULT_MAX_REQUEST_BYTES
+    runner = await app_factory()  # the proxy's own runner: gunicorn's worker runs it as it is
+    assert isinstance(runner, web.AppRunner)
+    assert runner.app._client_max_size == DEFAULT_MAX_REQUEST_BYTES
     # The secrets are read once and leave the environment.
     assert "FACTORY_KEY" not in os.environ
     assert "FACTORY_TOKEN" not in os.environ

@@ -540,6 +540,62 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument("--json", action="store_true", help="records as JSON lines on stdout")
     add_recording(proxy)
+    _add_proxy_bounds(proxy)
+
+
+HEAD_TIMEOUT_SECONDS = 30.0  # proxy.server.DEFAULT_HEAD_TIMEOUT (kept light here)
+# The gate's bounds (`gate.GateLimits`): what each flag bounds in one response.
+LIMIT_HELP = {
+    "max_text_chars": "answer text characters",
+    "max_reasoning_chars": "reasoning characters",
+    "max_calls": "tool calls",
+    "max_argument_chars": "argument characters of one tool call",
+    "max_native_items": "provider-side items (executed tools, native output)",
+    "max_native_bytes": "bytes of provider-side items",
+}
+
+_bound = _number(
+    int, "a whole number", lambda v: 1 <= v <= 1_000_000_000, "must be between 1 and 1000000000"
+)
+
+
+def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
+    """The flags for where a held key may go, the request head's timeout and the gate's
+    bounds."""
+    from ..gate import GateLimits
+
+    proxy.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --api-key-env: a host name clients reach the proxy by, besides IP "
+        "literals and localhost (repeatable); any other Host never gets the key",
+    )
+    proxy.add_argument(
+        "--key-on-any-path",
+        action="store_true",
+        help="with --api-key-env: send the key with every request, not only model requests, "
+        "model listings and token counts",
+    )
+    proxy.add_argument(
+        "--head-timeout",
+        type=_positive_seconds,
+        default=HEAD_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="close a connection whose request head has not arrived this long after it "
+        f"opened or after the previous answer (default {HEAD_TIMEOUT_SECONDS:g})",
+    )
+    defaults = GateLimits()
+    for name, what in LIMIT_HELP.items():
+        default = getattr(defaults, name)
+        proxy.add_argument(
+            "--" + name.replace("_", "-"),
+            type=_bound,
+            default=default,
+            metavar="N",
+            help=f"refuse a response with more {what} than this (default {default})",
+        )
 
 
 PROVIDER_OPTION = "provider option "  # the prefix of a provider option's `dest`

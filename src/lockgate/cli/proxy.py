@@ -6,18 +6,27 @@ everything printed. The first line on stdout, flushed, says where it listens:
 `proxying at http://HOST:PORT -> UPSTREAM`; then one line per request, when it ends:
 `METHOD PATH PROTOCOL OUTCOME STATUS DURATION ms`, OUTCOME being `passed`, `withheld N
 calls: KIND: REASON`, `refused: KIND: REASON`, `forwarded`, `rejected: REASON`, `error:
-REASON` or `abandoned` (`--json`: the same as JSON lines, the first `{"event": "listening",
-…}`). SIGINT/SIGTERM: no new request is taken, those in flight may end within the grace
-period, exit 0.
+REASON`, `abandoned` or `cut: REASON` (`--json`: the same as JSON lines, the first
+`{"event": "listening", …}`). SIGINT/SIGTERM: no new request is taken, those in flight may
+end within the grace period (then they are cut), exit 0.
 
 Loopback by default: another `--host` needs `--allow-remote`, and a proxy that holds a key
-and listens beyond loopback must require a client token.
+and listens beyond loopback must require a client token. A proxy that holds a key sends it
+only with model requests, model listings and token counts (`--key-on-any-path`: with every
+request), never with a browser's request, and only to requests whose `Host` is an IP
+literal, a `localhost` name or one given with `--allow-host NAME`. `--head-timeout` bounds
+how long a request head may take; the gate's bounds have a flag each (`--max-calls`,
+`--max-argument-chars`, `--max-text-chars`, `--max-reasoning-chars`, `--max-native-items`,
+`--max-native-bytes`). A line
+about the server itself (connections it cannot accept at the file-descriptor limit) goes
+to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
@@ -25,7 +34,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from . import process
-from .args import one_line
+from .args import LIMIT_HELP, one_line
 from .codes import EXIT_OK, EXIT_OUTPUT, UsageError
 from .process import SECRETS
 
@@ -56,6 +65,27 @@ def check_proxy_options(args: argparse.Namespace) -> str:
             )
     if args.client_token_env is not None and args.client_token_env == args.api_key_env:
         raise UsageError("--client-token-env must name another variable than --api-key-env")
+    held_key_flags = [
+        flag
+        for flag, given in (
+            ("--allow-host", args.allow_host),
+            ("--key-on-any-path", args.key_on_any_path),
+        )
+        if given
+    ]
+    if held_key_flags and args.api_key_env is None:
+        verb = "matters" if len(held_key_flags) == 1 else "matter"
+        raise UsageError(
+            f"{' and '.join(held_key_flags)} only {verb} for a proxy that holds a key "
+            "(--api-key-env)"
+        )
+    if args.allow_host:
+        from ..proxy.server import host_name_problem  # the server's own rule
+
+        for name in args.allow_host:
+            problem = host_name_problem(name)
+            if problem is not None:
+                raise UsageError(f"--allow-host: {problem}")
     return address
 
 
@@ -122,11 +152,13 @@ async def _serve(
     from ..cassette.format import CassetteError
     from ..credentials import Redactor
     from ..display import visible
+    from ..gate import GateLimits
     from ..proxy import GatingOptions
     from ..proxy.server import ProxyConfig, serving
 
     redact = Redactor(SECRETS)
     gating = GatingOptions(
+        limits=GateLimits(**{name: getattr(args, name) for name in LIMIT_HELP}),
         idle_timeout=args.idle_timeout,
         deadline=args.deadline,
         keepalive_interval=args.keepalive,
@@ -143,6 +175,9 @@ async def _serve(
         max_streams=args.max_streams,
         record=getattr(args, "record", None),
         redact=secrets,
+        allow_hosts=tuple(args.allow_host),
+        key_on_any_path=args.key_on_any_path,
+        head_timeout=args.head_timeout,
     )
     _quiet_aiohttp()
     failed: list[OSError] = []
@@ -150,6 +185,12 @@ async def _serve(
     def emit(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+    def warn(line: str) -> None:
+        """A line about the server itself, on stderr (a failure to write it is no reason
+        to stop serving)."""
+        with contextlib.suppress(OSError, ValueError):
+            print(visible(redact(line), multiline=False), file=sys.stderr, flush=True)
 
     with process.interrupt_signal() as interrupted:
 
@@ -176,7 +217,7 @@ async def _serve(
                 failed.append(exc)
                 interrupted.set()
 
-        context = serving(config, log)
+        context = serving(config, log, warn)
         try:
             running = await context.__aenter__()
         except OSError as exc:

@@ -1,41 +1,59 @@
 """`lockgate proxy`'s server: the gate on the wire, between any client and one upstream.
 
-An aiohttp server that takes the client's requests and sends each to the upstream (its path
-and query appended to `ProxyConfig.upstream` as they are), with one pooled client session
-per server: no redirect is followed, nothing is retried (the client owns its retries), and
-every body is decoded (`auto_decompress`) before it is judged or passed on.
+An aiohttp server that takes the client's requests and sends each to the upstream (its plain
+path, `routes.plain_path`, and its query appended to `ProxyConfig.upstream`), with one pooled
+client session per server: no redirect is followed, nothing is retried (the client owns its
+retries), and every body is decoded (`auto_decompress`) before it is judged or passed on.
 
-- **Routing** (`routes.route`): a `POST …/responses`, `…/chat/completions` or `…/messages`
-  is a protocol request; anything else (another path, another method: `GET /v1/models`)
-  passes unchanged, its answer streamed back as it comes (hop-by-hop headers dropped).
-- **A protocol request** is read as JSON. Its answer: an error status passes with its
+- **Routing** (`routes.route`, on the plain path: `%69` is `i`): a `POST …/responses`,
+  `…/chat/completions` or `…/messages` is a protocol request; anything else (another path,
+  another method: `GET /v1/models`) passes unchanged, its answer streamed back as it comes
+  (hop-by-hop headers dropped). A path the upstream could route differently (an encoded `/`,
+  a dot or empty segment, a `;`, a gated route in other letter case) is refused (400), and
+  so is resuming a Responses stream (`GET …/responses/{id}?stream=true`: the request that
+  named its tools was never seen) and a Chat request for several choices (`n` > 1: the gate
+  judges one choice).
+- **A protocol request** is read as JSON: within 1,000,000 values and 256 levels
+  (`jsonlimits.check_document`, a few C passes; beyond, 413 before anything is sent), parsed
+  with jiter, off the event loop when large. Its answer: an error status passes with its
   headers (`retry-after`, rate limits, request ids) and its body under the error-body cap; a
   2xx stream goes through the engine (`GatingStream`): forwarded as it comes until the
-  first tool call, then held, released unchanged when the whole batch is valid, else ended
-  with the protocol's stream error; a 2xx whole response is judged (`judge_whole`) and
-  passes unchanged, or becomes a 502 with the protocol's error body. A body that is not a
-  JSON object is sent as it is (the upstream's API owns request validation) and its error
-  passes back; a 2xx answer to it cannot be judged and is refused (502).
+  first tool call, then held, released when the whole batch is valid, else ended with the
+  protocol's stream error; a 2xx whole response is judged (`judge_whole`) and passes
+  unchanged, or becomes a 502 with the protocol's error body. A body that is not a JSON
+  object is sent as it is (the upstream's API owns request validation) and its error passes
+  back; a 2xx answer to it cannot be judged and is refused (502).
 - **Credentials**: the client's own (`Authorization`, `x-api-key`, `anthropic-version`, …)
   go to the configured upstream only. With `api_key` the proxy holds the key: the client's
   credentials are dropped and the key sent instead, as `Authorization: Bearer KEY` on the
   OpenAI routes and as `x-api-key: KEY` on Anthropic's (`…/messages`); on a pass-through
   path, Anthropic's form when the path has a `/messages` segment or the request carries
-  `anthropic-version` (every Anthropic SDK request does), else the bearer form. The key is
+  `anthropic-version` (every Anthropic SDK request does), else the bearer form. The key goes
+  only with model requests, model listings and token counts (`routes.takes_held_key`;
+  `key_on_any_path` lifts that), never with a browser's request (an `Origin`, a `Sec-Fetch-*`
+  header other than the `Sec-Fetch-Mode: cors` Node's fetch sends) nor to a `Host` that is
+  not an IP literal, a `localhost` name or one of `allow_hosts` (DNS rebinding). Whatever
+  the upstream echoes of the key (headers, bodies, streams) reaches the client as
+  `[redacted]`, and a stream or whole answer is redacted before it is judged. The key is
   never logged: the reasons in records are redacted of it and of the client token.
 - **Client token** (`client_token`): every request must carry it, in `x-lockgate-token`,
   or, when the proxy holds the key, as the client's own API key (`Authorization: Bearer
   TOKEN` or `x-api-key: TOKEN`: an SDK pointed at the proxy is given the token as its key).
   Else 401. `x-lockgate-token` never reaches the upstream.
-- **Bounds**: request bodies (`max_request_bytes`, 413 beyond), aiohttp's request-head
-  limits (8190-byte lines and fields, 128 headers), concurrent requests (`max_streams`:
-  beyond, 503 with `retry-after`), silence (the gating idle timeout, also on connecting and
-  on pass-through bodies), a deadline per gated response, error bodies capped.
-- **Stopping** (`RunningProxy.stop`): no new connection is accepted and a request on an open
-  one gets 503; requests in flight may finish within the grace period, then are cut.
+- **Bounds**: a request head must arrive within `head_timeout` of the connection or of the
+  previous answer on it (else the connection is closed); request bodies (`max_request_bytes`,
+  413 beyond), aiohttp's request-head limits (8190-byte lines and fields, 128 headers; a head
+  it cannot parse gets a JSON 400 and a record), concurrent requests (`max_streams`: beyond,
+  503 with `retry-after`), silence (the gating idle timeout, also on connecting and on
+  pass-through bodies), a deadline per gated response, error bodies capped. At the
+  file-descriptor limit, new connections wait (accepting resumes as descriptors free up)
+  and one line says so, at most every 10 s.
+- **Stopping** (`RunningProxy.stop`, or the runner's cleanup under gunicorn): no new
+  connection is accepted and a request on an open one gets 503; requests in flight may
+  finish within the grace period, then are cut (recorded as `cut`).
 
-`serving` runs one in-process; `app_factory` builds the application from the environment
-for gunicorn's aiohttp worker (`gunicorn lockgate.proxy.server:app_factory --worker-class
+`serving` runs one in-process; `app_factory` builds it from the environment for gunicorn's
+aiohttp worker (`gunicorn lockgate.proxy.server:app_factory --worker-class
 aiohttp.GunicornWebWorker`). The proxy is stateless: several processes can stand behind one
 load balancer.
 """
@@ -43,12 +61,19 @@ load balancer.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
+import errno
 import hmac
+import ipaddress
 import json
 import logging
 import math
 import os
+import re
+import stat
+import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -57,15 +82,18 @@ from typing import Any, Literal
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
 from multidict import CIMultiDict
 from yarl import URL
 
 from ..cassette.format import Verdict
 from ..cassette.recorder import CassetteRecorder, Exchange
 from ..credentials import Redactor, api_key_problem
+from ..gate import GateLimits
 from ..gateway import HOP_BY_HOP, Gateway, Refusal
 from ..http import describe
-from ..jsonlimits import parse_json
+from ..jsonlimits import TooComplex, parse_document
 from ..providers.base import Provider
 from .engine import (
     MAX_WHOLE_BYTES,
@@ -79,11 +107,14 @@ from .engine import (
     gates,
     judge_whole,
 )
-from .routes import route
+from .routes import PathProblem, plain_path, resumes_response_stream, route, takes_held_key
 
 __all__ = [
+    "DEFAULT_HEAD_TIMEOUT",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_MAX_STREAMS",
+    "MAX_REQUEST_DEPTH",
+    "MAX_REQUEST_VALUES",
     "TOKEN_HEADER",
     "Outcome",
     "ProxyConfig",
@@ -92,28 +123,45 @@ __all__ = [
     "app_factory",
     "build_app",
     "config_from_environment",
+    "host_name_problem",
     "serving",
     "upstream_problem",
 ]
 
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 256
+DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measured (15 s)
 TOKEN_HEADER = "x-lockgate-token"
 MAX_REQUEST_DEPTH = 256  # JSON nesting of a protocol request body
+MAX_REQUEST_VALUES = 1_000_000  # JSON values (keys counted) of a protocol request body
+PARSE_INLINE_BYTES = 256 * 1024  # a request body this large is parsed off the event loop
 READ_MARGIN_SECONDS = 1.0  # the socket's read timeout is this much beyond the engine's own
 OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the event loop
+ACCEPT_WARNING_SECONDS = 10.0  # at most one line this often about connections not accepted
+MAX_SECRET_FILE_BYTES = 64 * 1024
+APP_LOAD_ERROR = 4  # gunicorn's exit code for an application that cannot load: it stops
 
 # What a request is recorded as: passed (accepted by the gate), withheld (refused, tool calls
 # withheld), refused (refused, none streamed), forwarded (not judged: an error status, a
-# pass-through path), error (the upstream could not be reached or broke off a pass-through),
-# rejected (by the proxy itself: token, size, capacity, stopping), abandoned (the client left).
-Outcome = Literal["passed", "withheld", "refused", "forwarded", "error", "rejected", "abandoned"]
+# pass-through path), error (the upstream could not be reached, failed before its answer or
+# broke off a pass-through), rejected (by the proxy itself: token, browser, path, size,
+# capacity, stopping, a request it cannot parse), abandoned (the client left), cut (the
+# proxy stopped and its grace period ran out).
+Outcome = Literal[
+    "passed", "withheld", "refused", "forwarded", "error", "rejected", "abandoned", "cut"
+]
 
 # Request headers never sent upstream: hop-by-hop (RFC 9110 §7.6.1), those aiohttp writes
 # itself (host, length, the encodings it can decode), and the proxy's own token.
 _NOT_SENT = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect", TOKEN_HEADER}
 # The client's credentials, replaced when the proxy holds the key.
 _CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+# The content encodings aiohttp decodes (a request's body, an upstream's answer); br and
+# zstd only with their optional packages, else aiohttp refuses them.
+_DECODED_ENCODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
+# The request field that asks a protocol for several choices (the gate judges one).
+_CHOICES_FIELD = {"chat": "n"}
+_HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
 def upstream_problem(text: str) -> str | None:
@@ -130,11 +178,25 @@ def upstream_problem(text: str) -> str | None:
     return None
 
 
+def host_name_problem(name: str) -> str | None:
+    """None for a host name a client may reach the proxy by (`--allow-host`): DNS labels
+    (letters, digits, `-`, `_`), dot-separated, a trailing dot allowed; else a reason."""
+    labels = name.removesuffix(".").split(".")
+    if not name or len(name) > 253 or not all(_HOST_NAME.fullmatch(label) for label in labels):
+        return f"{name!a} is not a host name (letters, digits, '-' and '_' between dots)"
+    return None
+
+
+def _host_key(name: str) -> str:
+    return name.removesuffix(".").lower()
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyConfig:
-    """One proxy: its upstream (`https://api.openai.com`; a request's path and query are
-    appended as they are), where it listens, how streams are judged, the key it holds (it
-    replaces the client's credentials upstream), the token every client must show, and its
+    """One proxy: its upstream (`https://api.openai.com`; a request's plain path and query are
+    appended), where it listens, how streams are judged, the key it holds (it replaces the
+    client's credentials upstream) and where it may go, the token every client must show,
+    the host names clients may reach it by besides IP literals and `localhost`, and its
     bounds."""
 
     upstream: str
@@ -150,6 +212,14 @@ class ProxyConfig:
     # the key, the client token, the client's credentials and each `redact` value redacted.
     record: Path | None = None
     redact: tuple[str, ...] = field(default=(), repr=False)
+    # With a held key: the names a request's `Host` may carry besides IP literals and
+    # `localhost` (a rebound DNS name never gets the key), and whether the key goes with
+    # every path instead of only model requests, model listings and token counts.
+    allow_hosts: tuple[str, ...] = ()
+    key_on_any_path: bool = False
+    # A request head must arrive within this many seconds of the connection, or of the
+    # previous answer on a kept-alive one; else the connection is closed.
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT
 
     def __post_init__(self) -> None:
         problem = upstream_problem(self.upstream)
@@ -163,6 +233,11 @@ class ProxyConfig:
             raise ValueError("max_request_bytes must be at least 1")
         if not (math.isfinite(self.grace_seconds) and self.grace_seconds >= 0):
             raise ValueError("grace_seconds must be a non-negative number of seconds")
+        if not (math.isfinite(self.head_timeout) and self.head_timeout > 0):
+            raise ValueError("head_timeout must be a positive number of seconds")
+        for name in self.allow_hosts:
+            if (problem := host_name_problem(name)) is not None:
+                raise ValueError(f"allow_hosts: {problem}")
         for name, secret in (("api_key", self.api_key), ("client_token", self.client_token)):
             if secret is not None and (problem := api_key_problem(secret)) is not None:
                 raise ValueError(f"{name}: {problem}")
@@ -216,36 +291,42 @@ class RunningProxy:
         self._stopped = True
         state = self._state
         state.stopping = True
-        wait = state.config.grace_seconds if grace is None else max(0.0, grace)
-        for site in list(self._runner.sites):
-            await site.stop()
-        if self._runner.server is not None:
-            self._runner.server.pre_shutdown()  # idle keep-alive connections closed
-        pending = set(state.tasks)
-        if pending and wait > 0:
-            await asyncio.wait(pending, timeout=wait)
-        for task in state.tasks:
-            task.cancel()
-        if state.tasks:
-            await asyncio.wait(set(state.tasks), timeout=5)
-        await self._runner.cleanup()
+        if grace is not None:
+            state.grace = max(0.0, grace)
+        await self._runner.cleanup()  # sites, idle connections, then `_Proxy.wind_down`
 
 
 class _Body:
-    """An upstream response body for the engine: its bytes as they arrive; `aclose`
-    returns the connection to the pool when the body was read to its end, else closes
-    it."""
+    """An upstream response body for the engine: its bytes as they arrive (tapped for the
+    recording, then redacted of the held key); `aclose` returns the connection to the pool
+    when the body was read to its end, else closes it."""
 
-    def __init__(self, response: aiohttp.ClientResponse, exchange: Exchange | None = None) -> None:
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        exchange: Exchange | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
         self._response = response
         self._exchange = exchange
+        self._redactor = redactor
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks: AsyncIterator[bytes] = self._response.content.iter_any()
         if self._exchange is not None:
             chunks = self._exchange.tap(chunks)
+        if self._redactor is None:
+            async for chunk in chunks:
+                yield chunk
+            return
+        redacting = self._redactor.bytes_stream()
         async for chunk in chunks:
-            yield chunk
+            released = redacting.feed(chunk)
+            if released:
+                yield released
+        rest = redacting.flush()
+        if rest:
+            yield rest
 
     async def aclose(self) -> None:
         _finish(self._response)
@@ -277,15 +358,30 @@ class _Note:
 class _Proxy:
     """The server's state: config, the upstream session, requests in flight."""
 
-    def __init__(self, config: ProxyConfig, log: Callable[[ProxyRecord], None] | None) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        log: Callable[[ProxyRecord], None] | None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.config = config
         self.log = log
+        self.warn = warn or _log.warning
         self.redact = Redactor([s for s in (config.api_key, config.client_token) if s])
+        # What reaches a client is redacted of the held key (the client knows its token).
+        self.client_redactor = Redactor([config.api_key]) if config.api_key else None
+        self.allowed_hosts = frozenset(_host_key(name) for name in config.allow_hosts)
         self.session: aiohttp.ClientSession | None = None
+        self.parser: concurrent.futures.ThreadPoolExecutor | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.active = 0
         self.answered = 0
         self.stopping = False
+        self.cutting = False
+        self.grace = config.grace_seconds
+        self.accept_failing = False
+        self.accept_failures = 0  # since the last line said so
+        self.accept_warned_at: float | None = None
         self.base = config.upstream.rstrip("/")
         self.token = config.client_token.encode() if config.client_token else None
         self.recorder = (
@@ -312,41 +408,134 @@ class _Proxy:
             trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )
+        # One parse of a large request body at a time: its memory is bounded once.
+        self.parser = concurrent.futures.ThreadPoolExecutor(1, "lockgate-request-parse")
+        loop = asyncio.get_running_loop()
+        previous = loop.get_exception_handler()
+
+        def exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            exc = context.get("exception")
+            accepting = context.get("message") == "socket.accept() out of system resource"
+            if accepting and isinstance(exc, OSError):  # asyncio tries again in 1 s
+                self.accept_failed(exc, loop.time())
+            elif previous is not None:
+                previous(loop, context)
+            else:
+                loop.default_exception_handler(context)
+
+        loop.set_exception_handler(exception_handler)
         try:
             yield
         finally:
+            loop.set_exception_handler(previous)
+            self.parser.shutdown(wait=False, cancel_futures=True)
             await self.session.close()
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_request_bytes)
         app.cleanup_ctx.append(self.session_context)
+        app.on_shutdown.append(self.wind_down)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
+
+    def runner(self) -> _ProxyRunner:
+        """The application's runner: no access log (each request is a record), the head
+        timeout (aiohttp closes a connection whose next head has not arrived by then),
+        handlers cancelled when their client leaves."""
+        return _ProxyRunner(
+            self,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=1.0,
+            keepalive_timeout=self.config.head_timeout,
+        )
+
+    async def wind_down(self, app: web.Application) -> None:
+        """Stopping (after the listening sockets closed and idle connections were closed):
+        a request on an open connection gets 503; those in flight may end within the grace
+        period; then the rest are cut."""
+        self.stopping = True
+        pending = set(self.tasks)
+        if pending and self.grace > 0:
+            await asyncio.wait(pending, timeout=self.grace)
+        if self.tasks:
+            self.cutting = True
+            for task in self.tasks:
+                task.cancel()
+            await asyncio.wait(set(self.tasks), timeout=5)
+
+    def accept_failed(self, exc: OSError, now: float) -> None:
+        """The listening socket could not accept (at the file-descriptor limit): asyncio
+        tries again every second. One line says so, at most every 10 s."""
+        self.accept_failing = True
+        self.accept_failures += 1
+        if self.accept_warned_at is not None and now - self.accept_warned_at < (
+            ACCEPT_WARNING_SECONDS
+        ):
+            return
+        self.accept_warned_at = now
+        name = errno.errorcode.get(exc.errno or 0, "error")
+        again = self.accept_failures - 1
+        since = f"; {again} more since the last line" if again else ""
+        self.accept_failures = 0
+        self.warn(
+            f"lockgate proxy: cannot accept new connections: {exc.strerror or name} ({name}); "
+            f"they wait and are accepted as descriptors free up{since}"
+        )
+
+    def accepted(self) -> None:
+        """A connection was accepted: after failures, one line says accepting resumed."""
+        if self.accept_failing:
+            self.accept_failing = False
+            self.accept_failures = 0
+            self.accept_warned_at = None
+            self.warn("lockgate proxy: accepting connections again")
 
     # --- one request -----------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
-        path = request.rel_url.raw_path
-        entry = route(request.method, path)
+        raw_path = request.rel_url.raw_path
+        try:
+            path = plain_path(raw_path)
+            path_problem: str | None = None
+        except PathProblem as exc:
+            path, path_problem = raw_path, str(exc)
+        entry = route(request.method, path) if path_problem is None else None
         note = _Note(request.method, path, entry.name if entry else None, loop.time())
         task = asyncio.current_task()
         counted = False
         try:
             if self.stopping:
                 return self._reject(note, entry, 503, "the proxy is stopping", request)
+            if path_problem is not None:
+                return self._reject(
+                    note,
+                    entry,
+                    400,
+                    f"the request path {_quoted(raw_path)} could be routed differently "
+                    f"upstream ({path_problem}); send its plain form",
+                    request,
+                )
             if not self._authorized(request):
                 return self._reject(
                     note, entry, 401, "the lockgate client token is missing or wrong", request
                 )
-            if self.config.api_key is not None and "origin" in request.headers:
-                # A browser page (a cross-site form, DNS rebinding to loopback) must never
-                # spend the key the proxy holds; API clients send no Origin.
+            if self.config.api_key is not None:
+                problem = self._held_key_problem(request, path)
+                if problem is not None:
+                    return self._reject(note, entry, 403, problem, request)
+            if resumes_response_stream(
+                request.method, path, request.rel_url.query.getall("stream", [])
+            ):
                 return self._reject(
                     note,
                     entry,
-                    403,
-                    "a browser request may not use the key this proxy holds",
+                    400,
+                    "resuming a response stream (GET …/responses/{id}?stream=true) cannot be "
+                    "gated: the proxy never saw the request that named its tools; stream the "
+                    "response from its POST instead",
                     request,
                 )
             if self.active >= self.config.max_streams:
@@ -363,7 +552,11 @@ class _Proxy:
                 self.tasks.add(task)
             return await self._proxy(request, entry, note)
         except asyncio.CancelledError:
-            note.outcome = "abandoned"
+            if self.cutting:
+                note.outcome = "cut"
+                note.reason = f"the proxy stopped: cut after the {self.grace:g} s grace period"
+            else:
+                note.outcome = "abandoned"
             raise
         finally:
             if counted:
@@ -389,6 +582,31 @@ class _Proxy:
         with contextlib.suppress(Exception):  # a log that fails never fails a request
             self.log(record)
 
+    def malformed(
+        self, request: BaseRequest, status: int, exc: BaseException | None, message: str | None
+    ) -> web.Response:
+        """aiohttp's answer to a request it could not parse (or, never expected, a handler
+        that failed): the proxy's JSON error, and a record."""
+        loop = asyncio.get_running_loop()
+        note = _Note("-", "-", None, loop.time())
+        if status == 400:
+            # aiohttp's message: a line, then the bytes it stopped at and a caret under them.
+            detail = message or (str(exc) if exc is not None else "")
+            lines = [line.strip() for line in detail.splitlines() if line.strip(" ^")]
+            reason = f"the request is not valid HTTP ({_quoted(' '.join(lines), 200)})"
+            note.outcome = "rejected"
+        else:
+            reason = f"the proxy failed on this request (HTTP {status})"
+            note.outcome = "error"
+        note.status = status
+        note.reason = reason
+        self.answered += 1
+        self._emit(note, loop.time())
+        body = _error_body(None, None, f"lockgate proxy: {reason}", status)
+        response = web.Response(status=status, body=body, content_type="application/json")
+        response.force_close()
+        return response
+
     def _authorized(self, request: web.Request) -> bool:
         if self.token is None:
             return True
@@ -405,6 +623,60 @@ class _Proxy:
             for candidate in offered
         )
 
+    def _held_key_problem(self, request: web.Request, path: str) -> str | None:
+        """Why the held key may not go with this request (None: it may). A web page must
+        never spend it: a browser's request carries an `Origin` (cross-origin, and every
+        POST) or `Sec-Fetch-*` headers (every request of a current browser; Node's fetch
+        sends `Sec-Fetch-Mode: cors` alone, on every request, and is no browser); a page
+        reached through DNS rebinding carries its own name as `Host`, which is neither an
+        IP literal nor a `localhost` name nor an allowed one. And the key goes only where
+        a model client needs it."""
+        headers = request.headers
+        fetch_headers = {
+            name.lower(): value
+            for name, value in headers.items()
+            if name.lower().startswith("sec-fetch-")
+        }
+        if "origin" in headers or (fetch_headers and fetch_headers != {"sec-fetch-mode": "cors"}):
+            return "a browser request may not use the key this proxy holds"
+        hosts = headers.getall("host", [])
+        if len(hosts) > 1 or (hosts and not self._host_allowed(hosts[0])):
+            shown = _quoted(", ".join(hosts), 80)
+            return (
+                f"the Host {shown} is not this proxy's (an IP literal, localhost, or a name "
+                "given with --allow-host NAME): a rebound name may not use the key it holds"
+            )
+        if not self.config.key_on_any_path and not takes_held_key(request.method, path):
+            return (
+                f"the key this proxy holds goes only with model requests, model listings and "
+                f"token counts, not with {request.method} {_quoted(path, 200)} "
+                "(--key-on-any-path sends it with every request)"
+            )
+        return None
+
+    def _host_allowed(self, host: str) -> bool:
+        name = host.strip()
+        if name.startswith("["):  # an IPv6 literal, with or without a port
+            literal, closed, rest = name[1:].partition("]")
+            if not closed or (rest and not rest[1:].isdigit()) or (rest and rest[0] != ":"):
+                return False
+            try:
+                ipaddress.IPv6Address(literal)
+            except ValueError:
+                return False
+            return True
+        bare, colon, port = name.rpartition(":")
+        if colon and port.isdigit():
+            name = bare
+        key = _host_key(name)
+        try:
+            ipaddress.IPv4Address(key)
+        except ValueError:
+            pass
+        else:
+            return True
+        return key == "localhost" or key.endswith(".localhost") or key in self.allowed_hosts
+
     def _reject(
         self,
         note: _Note,
@@ -412,6 +684,7 @@ class _Proxy:
         status: int,
         message: str,
         request: web.Request,
+        param: str | None = None,
     ) -> web.Response:
         note.outcome = "rejected"
         note.status = status
@@ -423,7 +696,7 @@ class _Proxy:
                 headers["connection"] = "close"
         if status == 401:
             headers["www-authenticate"] = 'Bearer realm="lockgate"'
-        body = _error_body(entry, request, f"lockgate proxy: {message}", status)
+        body = _error_body(entry, request, f"lockgate proxy: {message}", status, param)
         return web.Response(status=status, body=body, headers=headers)
 
     def _upstream_headers(self, request: web.Request, anthropic: bool) -> CIMultiDict[str]:
@@ -433,12 +706,16 @@ class _Proxy:
             for part in value.split(",")
         }
         held = self.config.api_key
+        # A body aiohttp decoded goes on decoded: its encoding no longer describes it.
+        decoded = _decodes(request.headers.get("content-encoding", ""))
         headers: CIMultiDict[str] = CIMultiDict()
         for name, value in request.headers.items():
             lowered = name.lower()
             if lowered in _NOT_SENT or lowered in named:
                 continue
             if held is not None and lowered in _CREDENTIALS:
+                continue
+            if decoded and lowered == "content-encoding":
                 continue
             headers.add(name, value)
         if held is not None:
@@ -447,6 +724,14 @@ class _Proxy:
             else:
                 headers["authorization"] = f"Bearer {held}"
         return headers
+
+    def _client_headers(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
+        """The upstream's headers to pass on, redacted of the held key."""
+        headers = forwarded_headers(upstream.headers)
+        redactor = self.client_redactor
+        if redactor is None:
+            return headers
+        return {name: redactor(value) for name, value in headers.items() if redactor(name) == name}
 
     async def _write(
         self, request: web.Request, response: web.StreamResponse, piece: bytes
@@ -462,6 +747,14 @@ class _Proxy:
                 await response.write(piece)
         except TimeoutError:
             raise ConnectionResetError("the client stopped reading") from None
+
+    async def _parse(self, body: bytes) -> Mapping[str, Any] | None:
+        """The request body as a JSON object (None: not one); `TooComplex` over a bound.
+        A large body is parsed off the event loop, one at a time."""
+        if len(body) <= PARSE_INLINE_BYTES or self.parser is None:
+            return _request_object(body)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.parser, _request_object, body)
 
     async def _proxy(
         self, request: web.Request, entry: Provider | None, note: _Note
@@ -482,12 +775,22 @@ class _Proxy:
         if entry is not None:
             assert entry.gateway is not None
             gateway = entry.gateway()
-            parsed = _request_object(body)
+            try:
+                parsed = await self._parse(body)
+            except TooComplex as exc:
+                return self._reject(note, entry, 413, f"the request body {exc}", request)
+            if parsed is not None:
+                choices = _choices_problem(entry, parsed)
+                if choices is not None:
+                    return self._reject(
+                        note, entry, 400, choices, request, _CHOICES_FIELD.get(entry.name)
+                    )
         anthropic = (entry is not None and entry.name == "anthropic") or (
-            entry is None and _anthropic_pass_through(request)
+            entry is None and _anthropic_pass_through(request, note.path)
         )
         assert self.session is not None
-        url = URL(self.base + request.rel_url.raw_path_qs, encoded=True)
+        query = request.rel_url.raw_query_string
+        url = URL(self.base + note.path + (f"?{query}" if query else ""), encoded=True)
         try:
             upstream = await self.session.request(
                 request.method,
@@ -496,23 +799,30 @@ class _Proxy:
                 data=body or None,
                 allow_redirects=False,
             )
-        except Exception as exc:  # cannot connect, timed out, refused by TLS
+        except Exception as exc:  # no answer: cannot connect, or it failed before its head
             if isinstance(exc, asyncio.CancelledError):  # pragma: no cover
                 raise
-            return self._unreachable(note, entry, gateway, request, exc)
-        if self.recorder is not None and entry is not None:
-            note.exchange = self.recorder.exchange(
-                entry.name,
-                self.config.upstream,
-                request.method,
-                note.path,
-                parsed,
-                secrets=_client_credentials(request),
-            )
-            note.exchange.head(upstream.status, forwarded_headers(upstream.headers).items())
+            return self._unanswered(note, entry, gateway, request, exc)
         try:
+            encoding = upstream.headers.get("content-encoding", "")
+            if encoding and encoding.strip().lower() != "identity" and not _decodes(encoding):
+                reason = (
+                    f"the upstream answered with Content-Encoding {_quoted(encoding, 80)}, "
+                    "which the proxy cannot decode"
+                )
+                return self._failed(note, entry, gateway, request, 502, reason)
+            if self.recorder is not None and entry is not None:
+                note.exchange = self.recorder.exchange(
+                    entry.name,
+                    self.config.upstream,
+                    request.method,
+                    note.path,
+                    parsed,
+                    secrets=_client_credentials(request),
+                )
+                note.exchange.head(upstream.status, forwarded_headers(upstream.headers).items())
             status = upstream.status
-            headers = forwarded_headers(upstream.headers)
+            headers = self._client_headers(upstream)
             note.status = status
             if entry is None or gateway is None or not 200 <= status < 300:
                 note.outcome = "forwarded"
@@ -534,7 +844,7 @@ class _Proxy:
                 note.exchange.decide(note.verdict)
                 note.exchange.finish()
 
-    def _unreachable(
+    def _unanswered(
         self,
         note: _Note,
         entry: Provider | None,
@@ -542,10 +852,22 @@ class _Proxy:
         request: web.Request,
         exc: BaseException,
     ) -> web.Response:
-        timed_out = isinstance(exc, TimeoutError)
-        status = 504 if timed_out else 502
-        what = "timed out" if timed_out else "failed"
-        reason = self.redact(f"connecting to the upstream {what} ({describe(exc)})")
+        status, reason = _failure_before_answer(exc, self.config.gating.idle_timeout)
+        return self._failed(note, entry, gateway, request, status, reason)
+
+    def _failed(
+        self,
+        note: _Note,
+        entry: Provider | None,
+        gateway: Gateway | None,
+        request: web.Request,
+        status: int,
+        reason: str,
+    ) -> web.Response:
+        """No answer to pass on (the upstream could not be reached, failed before its
+        answer, or answered in a form the proxy cannot read): `status` and the protocol's
+        error body."""
+        reason = self.redact(reason)
         note.outcome = "error"
         note.status = status
         note.reason = f"opening: {reason}"
@@ -576,15 +898,13 @@ class _Proxy:
         note: _Note,
         capped: bool,
     ) -> web.StreamResponse:
-        """The answer as it came (an error body under the cap); a body that breaks off
-        ends the connection without a clean end, so the client sees it broke."""
+        """The answer as it came (an error body under the cap), redacted of the held key; a
+        body that breaks off ends the connection without a clean end, so the client sees it
+        broke."""
         response = web.StreamResponse(status=status, headers=headers)
         await response.prepare(request)
-        pieces: AsyncIterator[bytes] = (
-            aiter(capped_body(_Body(upstream, note.exchange)))
-            if capped
-            else aiter(upstream.content.iter_any())
-        )
+        body = _Body(upstream, note.exchange if capped else None, self.client_redactor)
+        pieces: AsyncIterator[bytes] = aiter(capped_body(body) if capped else body)
         try:
             async for piece in pieces:
                 await self._write(request, response, piece)
@@ -619,7 +939,8 @@ class _Proxy:
             stream = GatingStream(
                 entry,
                 parsed,
-                _Body(upstream, note.exchange),
+                # Redacted before it is judged: the client reads what the gate judged.
+                _Body(upstream, note.exchange, self.client_redactor),
                 self.config.gating,
                 redact=self.redact,
                 started_at=note.started,
@@ -678,6 +999,8 @@ class _Proxy:
             reason = f"the body broke off ({describe(exc)})"
             return self._unjudged_transient(note, gateway, "transport", reason)
         body = bytes(data)
+        if self.client_redactor is not None:  # judged as the client will read it
+            body = self.client_redactor.redact_bytes(body)
         if len(body) > OFFLOAD_BYTES:
             verdict = await asyncio.to_thread(
                 judge_whole, entry, parsed, body, options, status=note.status, redact=self.redact
@@ -710,6 +1033,62 @@ class _Proxy:
             body=gateway.error_body(Refusal(kind, text, True, 0)),
             content_type="application/json",
         )
+
+
+# --- aiohttp's server, with the proxy's answer to a request it cannot parse ------------------
+
+
+class _ProxyRequestHandler(RequestHandler):
+    """aiohttp's connection handler; a request its parser rejects gets the proxy's JSON
+    error and a record (aiohttp's own: a plain-text 400 and a logged traceback)."""
+
+    def __init__(self, manager: web.Server, *, proxy: _Proxy, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._lockgate = proxy
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # as aiohttp: an answer already began
+            raise ConnectionError("the response was already being sent")
+        return self._lockgate.malformed(request, status, exc, message)
+
+
+class _ProxyServer(web.Server):
+    """aiohttp's server, making `_ProxyRequestHandler`s; each connection accepted tells the
+    proxy (after accept failures, one line says accepting resumed)."""
+
+    def __init__(self, proxy: _Proxy, made: web.Server) -> None:
+        super().__init__(
+            made.request_handler,
+            request_factory=made.request_factory,
+            handler_cancellation=made.handler_cancellation,
+            loop=asyncio.get_running_loop(),
+            **made._kwargs,
+        )
+        self._lockgate = proxy
+
+    def __call__(self) -> RequestHandler:
+        self._lockgate.accepted()
+        return _ProxyRequestHandler(
+            self, proxy=self._lockgate, loop=asyncio.get_running_loop(), **self._kwargs
+        )
+
+
+class _ProxyRunner(web.AppRunner):
+    """The proxy's application runner (in-process and under gunicorn's aiohttp worker,
+    which uses a runner the factory returns as it is)."""
+
+    def __init__(self, proxy: _Proxy, **kwargs: Any) -> None:
+        super().__init__(proxy.application(), **kwargs)
+        self._lockgate = proxy
+
+    async def _make_server(self) -> web.Server:
+        return _ProxyServer(self._lockgate, await super()._make_server())
 
 
 def _gateway(entry: Provider) -> Gateway:
@@ -753,33 +1132,91 @@ def _abort(request: web.Request) -> None:
         transport.abort()
 
 
+def _quoted(text: str, limit: int = 120) -> str:
+    """Client or upstream text for a reason: quoted, escaped (no control character, no
+    line break reaches a log), bounded."""
+    shown = ascii(text[:limit])
+    return shown if len(text) <= limit else shown[:-1] + "…" + shown[-1]
+
+
+def _decodes(encoding: str) -> bool:
+    """Whether aiohttp decodes a body in this `Content-Encoding` (it reads one value, any
+    letter case; others pass encoded)."""
+    return encoding.isascii() and encoding.lower() in _DECODED_ENCODINGS
+
+
 def _request_object(body: bytes) -> Mapping[str, Any] | None:
-    """The request body as a JSON object, or None (not UTF-8, not JSON, too deep, not an
-    object)."""
+    """The request body as a JSON object, or None (not UTF-8, not JSON, not an object);
+    `TooComplex` for one over the bounds (`MAX_REQUEST_VALUES`, `MAX_REQUEST_DEPTH`)."""
     try:
-        value = parse_json(body.decode("utf-8"), MAX_REQUEST_DEPTH)
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        value = parse_document(body, MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES)
+    except TooComplex:
+        raise
+    except (ValueError, RecursionError):
         return None
     return value if type(value) is dict else None
 
 
-def _anthropic_pass_through(request: web.Request) -> bool:
+def _choices_problem(entry: Provider, request: Mapping[str, Any]) -> str | None:
+    """Why the gate cannot judge the answer to this request: several choices (Chat's `n`
+    above 1; the other protocols have no such field). None: it can."""
+    name = _CHOICES_FIELD.get(entry.name)
+    if name is None:
+        return None
+    count = request.get(name)
+    if isinstance(count, int | float) and not isinstance(count, bool) and count > 1:
+        return (
+            f"{name} = {count:g} asks for {count:g} choices; the gate judges one choice per "
+            f"response: send {name} = 1 or leave {name} out"
+        )
+    return None
+
+
+def _anthropic_pass_through(request: web.Request, path: str) -> bool:
     """Whether a pass-through request is Anthropic's: a `/messages` segment in its path, or
     the `anthropic-version` header every Anthropic SDK request carries."""
-    segments = request.rel_url.raw_path.split("/")
-    return "messages" in segments or "anthropic-version" in request.headers
+    return "messages" in path.split("/") or "anthropic-version" in request.headers
+
+
+def _failure_before_answer(exc: BaseException, idle: float) -> tuple[int, str]:
+    """The status and reason for an upstream request that got no answer: what happened,
+    told apart (cannot connect, no answer in time, closed or broken after connecting, an
+    answer in an encoding or a form the proxy cannot read)."""
+    detail = describe(exc)
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return 504, f"connecting to the upstream timed out ({detail})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return 502, f"connecting to the upstream failed ({detail})"
+    if isinstance(exc, aiohttp.SocketTimeoutError | TimeoutError):
+        return 504, f"the upstream sent no answer within {idle + READ_MARGIN_SECONDS:g} s"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return 502, f"the upstream closed the connection before its answer ({detail})"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        text = str(exc.message)
+        if "content-encoding" in text.lower():
+            return 502, f"the upstream answered in an encoding the proxy cannot decode ({text})"
+        return 502, f"the upstream's answer is not valid HTTP ({_quoted(text, 200)})"
+    return 502, f"the request to the upstream failed ({detail})"
 
 
 def _error_body(
-    entry: Provider | None, request: web.Request | None, message: str, status: int
+    entry: Provider | None,
+    request: web.Request | None,
+    message: str,
+    status: int,
+    param: str | None = None,
 ) -> bytes:
     """The proxy's own error, in the shape the client's SDK reads: Anthropic's
     (`{"type": "error", "error": {...}}`) or OpenAI's (`{"error": {...}}`)."""
     anthropic = (entry is not None and entry.name == "anthropic") or (
-        entry is None and request is not None and _anthropic_pass_through(request)
+        entry is None
+        and request is not None
+        and _anthropic_pass_through(request, request.rel_url.raw_path)
     )
     kinds = {
+        400: ("invalid_request_error", "invalid_request_error"),
         401: ("authentication_error", "invalid_api_key"),
+        403: ("permission_error", "forbidden"),
         413: ("request_too_large", "request_too_large"),
         502: ("api_error", "bad_gateway"),
         503: ("overloaded_error", "overloaded"),
@@ -789,8 +1226,8 @@ def _error_body(
     if anthropic:
         payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
     else:
-        error_type = "invalid_request_error" if status in (401, 413) else "server_error"
-        payload = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+        error_type = "invalid_request_error" if 400 <= status < 500 else "server_error"
+        payload = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
     return json.dumps(payload).encode()
 
 
@@ -800,25 +1237,25 @@ def _error_body(
 def build_app(
     config: ProxyConfig, log: Callable[[ProxyRecord], None] | None = None
 ) -> web.Application:
-    """The aiohttp application of one proxy (its upstream session opens with the app)."""
+    """The aiohttp application of one proxy (its upstream session opens with the app). Run
+    it with its own runner (`serving`, `app_factory`) for the head timeout and the proxy's
+    answer to a request aiohttp cannot parse."""
     return _Proxy(config, log).application()
 
 
 @contextlib.asynccontextmanager
 async def serving(
-    config: ProxyConfig, log: Callable[[ProxyRecord], None] | None = None
+    config: ProxyConfig,
+    log: Callable[[ProxyRecord], None] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> AsyncIterator[RunningProxy]:
     """A proxy listening on `config.host:config.port` for the duration of the block (then
-    stopped with the config's grace). `log` is called once per request, when it ends. An
-    address that cannot be bound raises OSError before the block."""
-    state = _Proxy(config, log)
-    runner = web.AppRunner(
-        state.application(),
-        access_log=None,
-        handle_signals=False,
-        handler_cancellation=True,
-        shutdown_timeout=1.0,
-    )
+    stopped with the config's grace). `log` is called once per request, when it ends; `warn`
+    with a line about the server itself (connections it cannot accept; default: the
+    `lockgate.proxy` logger). An address that cannot be bound raises OSError before the
+    block."""
+    state = _Proxy(config, log, warn)
+    runner = state.runner()
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     try:
@@ -856,39 +1293,111 @@ def _environment_log(record: ProxyRecord) -> None:
     )
 
 
-def _float_variable(env: Mapping[str, str], name: str, default: float) -> float:
+def _float_variable(
+    env: Mapping[str, str], name: str, default: float, *, positive: bool = False
+) -> float:
     text = env.get(name)
     if text is None or text == "":
         return default
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds") from None
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        rule = "positive" if positive else "non-negative"
+        raise ValueError(f"{name} must be a {rule} number of seconds")
+    return value
 
 
-def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyConfig:
-    """A `ProxyConfig` from `LOCKGATE_UPSTREAM` (required), `LOCKGATE_API_KEY_ENV` and
-    `LOCKGATE_CLIENT_TOKEN_ENV` (the names of the variables holding the key and the token),
-    `LOCKGATE_HOLD`, `LOCKGATE_IDLE_TIMEOUT`, `LOCKGATE_DEADLINE`, `LOCKGATE_KEEPALIVE`,
-    `LOCKGATE_VALIDATE_SCHEMAS` (`1`) and `LOCKGATE_MAX_STREAMS`; ValueError when one is
-    unusable."""
+def _whole_variable(env: Mapping[str, str], name: str, default: int) -> int:
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name} must be a whole number from 1")
+    return int(text)
+
+
+def _flag_variable(env: Mapping[str, str], name: str) -> bool:
+    text = (env.get(name) or "").strip().lower()
+    if text in ("", "0", "false", "no"):
+        return False
+    if text in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{name} must be 1 or 0")
+
+
+def limit_variable(field_name: str) -> str:
+    """The environment variable of a `GateLimits` bound (`max_calls`: `LOCKGATE_MAX_CALLS`);
+    the command line's flag is `--max-calls`."""
+    return "LOCKGATE_" + field_name.upper()
+
+
+def _read_secret_file(variable: str, path_text: str) -> str:
+    """The secret in the file `path_text` names (systemd credentials, docker secrets): one
+    line, its line break dropped. Only a regular file is read (a FIFO would wait: it is
+    opened without waiting, and refused)."""
+    try:
+        descriptor = os.open(path_text, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ValueError(f"{variable} names {path_text}, which cannot be read ({reason})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError(f"{variable} names {path_text}, which is not a regular file")
+        data = b""
+        while len(data) <= MAX_SECRET_FILE_BYTES:
+            piece = os.read(descriptor, MAX_SECRET_FILE_BYTES + 1 - len(data))
+            if not piece:
+                break
+            data += piece
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ValueError(f"{variable} names {path_text}, which cannot be read ({reason})") from None
+    finally:
+        os.close(descriptor)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise ValueError(f"{variable}: {path_text} is larger than {MAX_SECRET_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ValueError(f"{variable}: {path_text} is not UTF-8 text") from None
+    if not text:
+        raise ValueError(f"{variable}: {path_text} holds no key")
+    problem = api_key_problem(text)
+    if problem is not None:
+        raise ValueError(f"{variable}: {problem}")
+    return text
+
+
+def _secret(env: Mapping[str, str], base: str) -> tuple[str | None, str | None]:
+    """The secret `LOCKGATE_{base}_FILE` or `LOCKGATE_{base}_ENV` gives (one of them), and
+    the variable that held it (None for a file)."""
+    by_name = env.get(f"LOCKGATE_{base}_ENV")
+    by_file = env.get(f"LOCKGATE_{base}_FILE")
+    if by_name and by_file:
+        raise ValueError(f"give LOCKGATE_{base}_ENV or LOCKGATE_{base}_FILE, not both")
+    if by_file:
+        return _read_secret_file(f"LOCKGATE_{base}_FILE", by_file), None
+    if not by_name:
+        return None, None
+    value = env.get(by_name)
+    if not value:
+        raise ValueError(f"LOCKGATE_{base}_ENV names {by_name}, which is not set")
+    problem = api_key_problem(value)
+    if problem is not None:
+        raise ValueError(f"{by_name}: {problem}")
+    return value, by_name
+
+
+def _environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]:
+    """The config, and the variables that held its secrets (to wipe)."""
     from ..client import DEFAULT_DEADLINE_SECONDS, DEFAULT_IDLE_TIMEOUT_SECONDS
     from .engine import DEFAULT_KEEPALIVE_SECONDS
 
-    env = os.environ if environ is None else environ
     upstream = env.get("LOCKGATE_UPSTREAM")
     if not upstream:
         raise ValueError("LOCKGATE_UPSTREAM is not set")
-
-    def secret(variable: str) -> str | None:
-        name = env.get(variable)
-        if not name:
-            return None
-        value = env.get(name)
-        if not value:
-            raise ValueError(f"{variable} names {name}, which is not set")
-        return value
-
     hold: Hold
     given = env.get("LOCKGATE_HOLD") or "tools"
     if given == "tools":
@@ -897,40 +1406,95 @@ def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyCo
         hold = "terminal"
     else:
         raise ValueError("LOCKGATE_HOLD must be tools or terminal")
+    defaults = GateLimits()
+    limits = GateLimits(
+        **{
+            bound.name: _whole_variable(
+                env, limit_variable(bound.name), getattr(defaults, bound.name)
+            )
+            for bound in dataclasses.fields(GateLimits)
+        }
+    )
     gating = GatingOptions(
-        idle_timeout=_float_variable(env, "LOCKGATE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT_SECONDS),
-        deadline=_float_variable(env, "LOCKGATE_DEADLINE", DEFAULT_DEADLINE_SECONDS),
-        keepalive_interval=_float_variable(env, "LOCKGATE_KEEPALIVE", DEFAULT_KEEPALIVE_SECONDS),
-        validate_schemas=env.get("LOCKGATE_VALIDATE_SCHEMAS", "") in ("1", "true", "yes"),
+        limits=limits,
+        idle_timeout=_float_variable(
+            env, "LOCKGATE_IDLE_TIMEOUT", DEFAULT_IDLE_TIMEOUT_SECONDS, positive=True
+        ),
+        deadline=_float_variable(env, "LOCKGATE_DEADLINE", DEFAULT_DEADLINE_SECONDS, positive=True),
+        keepalive_interval=_float_variable(
+            env, "LOCKGATE_KEEPALIVE", DEFAULT_KEEPALIVE_SECONDS, positive=True
+        ),
+        validate_schemas=_flag_variable(env, "LOCKGATE_VALIDATE_SCHEMAS"),
         hold=hold,
     )
-    streams = env.get("LOCKGATE_MAX_STREAMS") or str(DEFAULT_MAX_STREAMS)
-    if not streams.isdigit():
-        raise ValueError("LOCKGATE_MAX_STREAMS must be a whole number")
-    api_key = secret("LOCKGATE_API_KEY_ENV")
-    client_token = secret("LOCKGATE_CLIENT_TOKEN_ENV")
+    hosts = tuple(
+        name for name in re.split(r"[\s,]+", env.get("LOCKGATE_ALLOW_HOSTS") or "") if name
+    )
+    for name in hosts:
+        if (problem := host_name_problem(name)) is not None:
+            raise ValueError(f"LOCKGATE_ALLOW_HOSTS: {problem}")
+    api_key, key_variable = _secret(env, "API_KEY")
+    client_token, token_variable = _secret(env, "CLIENT_TOKEN")
     if api_key is not None and client_token is None:
         # The listen address is gunicorn's, not visible here: a held key always needs a
         # client token, or the proxy may be an open relay with the key.
         raise ValueError(
-            "a proxy that holds a key (LOCKGATE_API_KEY_ENV) needs LOCKGATE_CLIENT_TOKEN_ENV"
+            "a proxy that holds a key (LOCKGATE_API_KEY_FILE or LOCKGATE_API_KEY_ENV) needs "
+            "LOCKGATE_CLIENT_TOKEN_FILE or LOCKGATE_CLIENT_TOKEN_ENV"
         )
-    return ProxyConfig(
+    config = ProxyConfig(
         upstream,
         gating=gating,
         api_key=api_key,
         client_token=client_token,
-        max_streams=int(streams),
+        max_streams=_whole_variable(env, "LOCKGATE_MAX_STREAMS", DEFAULT_MAX_STREAMS),
+        grace_seconds=_float_variable(env, "LOCKGATE_GRACE", 10.0),
+        allow_hosts=hosts,
+        key_on_any_path=_flag_variable(env, "LOCKGATE_KEY_ON_ANY_PATH"),
+        head_timeout=_float_variable(
+            env, "LOCKGATE_HEAD_TIMEOUT", DEFAULT_HEAD_TIMEOUT, positive=True
+        ),
     )
+    return config, [name for name in (key_variable, token_variable) if name]
 
 
-async def app_factory() -> web.Application:
-    """The application for gunicorn's aiohttp worker, configured from the environment
-    (`config_from_environment`); each request is logged on the `lockgate.proxy` logger:
-    `gunicorn lockgate.proxy.server:app_factory --worker-class aiohttp.GunicornWebWorker`."""
-    config = config_from_environment()
-    for variable in ("LOCKGATE_API_KEY_ENV", "LOCKGATE_CLIENT_TOKEN_ENV"):
-        name = os.environ.get(variable)
-        if name:
-            os.environ.pop(name, None)  # read once: the secret leaves the environment
-    return build_app(config, _environment_log)
+def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyConfig:
+    """A `ProxyConfig` from the environment; ValueError (one line, never quoting a secret)
+    when a setting is unusable.
+
+    `LOCKGATE_UPSTREAM` (required); the key and the client token from a file
+    (`LOCKGATE_API_KEY_FILE`, `LOCKGATE_CLIENT_TOKEN_FILE`: a path, e.g. under
+    `$CREDENTIALS_DIRECTORY` or `/run/secrets`) or from a variable whose name is given
+    (`LOCKGATE_API_KEY_ENV`, `LOCKGATE_CLIENT_TOKEN_ENV`); `LOCKGATE_HOLD`,
+    `LOCKGATE_IDLE_TIMEOUT`, `LOCKGATE_DEADLINE`, `LOCKGATE_KEEPALIVE`,
+    `LOCKGATE_VALIDATE_SCHEMAS` (`1`), `LOCKGATE_MAX_STREAMS`, `LOCKGATE_GRACE`,
+    `LOCKGATE_HEAD_TIMEOUT`, `LOCKGATE_ALLOW_HOSTS` (names, comma- or space-separated),
+    `LOCKGATE_KEY_ON_ANY_PATH` (`1`), and one variable per gate bound
+    (`LOCKGATE_MAX_CALLS`, `LOCKGATE_MAX_ARGUMENT_CHARS`, `LOCKGATE_MAX_TEXT_CHARS`,
+    `LOCKGATE_MAX_REASONING_CHARS`, `LOCKGATE_MAX_NATIVE_ITEMS`,
+    `LOCKGATE_MAX_NATIVE_BYTES`)."""
+    return _environment_config(os.environ if environ is None else environ)[0]
+
+
+async def app_factory() -> web.AppRunner:
+    """The proxy for gunicorn's aiohttp worker, configured from the environment
+    (`config_from_environment`): `gunicorn lockgate.proxy.server:app_factory --worker-class
+    aiohttp.GunicornWebWorker`. It returns the proxy's own runner (the worker uses it as it
+    is): the head timeout is `LOCKGATE_HEAD_TIMEOUT` (not gunicorn's `--keep-alive`) and the
+    grace period `LOCKGATE_GRACE` (keep it below gunicorn's `--graceful-timeout`). Each
+    request is logged on the `lockgate.proxy` logger. A secret read from a variable leaves
+    `os.environ`, but the environment block every gunicorn process was started with (what
+    /proc/PID/environ shows) keeps it: `LOCKGATE_API_KEY_FILE` and
+    `LOCKGATE_CLIENT_TOKEN_FILE` keep it out of every process's environment.
+
+    A setting it cannot use: one line on stderr (`lockgate proxy: REASON`) and exit 4,
+    gunicorn's code for an application that cannot load (its master stops instead of
+    starting workers again)."""
+    try:
+        config, variables = _environment_config(os.environ)
+    except ValueError as exc:
+        print(f"lockgate proxy: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(APP_LOAD_ERROR) from None
+    for variable in variables:
+        os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
+    return _Proxy(config, _environment_log).runner()

@@ -1,0 +1,163 @@
+"""The proxy under a real gunicorn with aiohttp's worker (skipped when gunicorn is not
+installed): two workers serve a gated stream with the key and the token read from files, and
+no process of the server (master or worker) holds either in its environment block (M4; read
+from variables, every process does); a
+misconfiguration is one line from each worker that started and gunicorn's defined exit 4
+(App failed to load), never a traceback (L9)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from lockgate.scripted.reply import Call, Reply, Say
+from lockgate.scripted.script import Turn
+
+from ..helpers import EDIT, ServerThread, dead_port, wait_until
+from .support import request_for, turn_bytes
+from .test_server import HELD_KEY, TOKEN
+
+_gunicorn = pytest.importorskip("gunicorn")
+if not sys.platform.startswith("linux"):  # pragma: no cover
+    pytest.skip("reads /proc", allow_module_level=True)
+
+ACCEPTED = Turn(reply=Reply("r1", (Say("Fixing."), Call("call_1", "edit", EDIT))))
+FACTORY = "lockgate.proxy.server:app_factory"
+# gunicorn 27 opens a control socket in ~/.gunicorn by default: not for a test.
+NO_CONTROL_SOCKET = ("--no-control-socket",) if _gunicorn.version_info >= (27,) else ()
+WORKER = "aiohttp.GunicornWebWorker"
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("LOCKGATE_", "LG_"))}
+    return {**kept, **extra}
+
+
+@contextmanager
+def gunicorn(port: int, env: dict[str, str], workers: int = 2) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "gunicorn", FACTORY, "--worker-class", WORKER),
+            *("--workers", str(workers), "--bind", f"127.0.0.1:{port}"),
+            *("--graceful-timeout", "20"),
+            *NO_CONTROL_SOCKET,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as handle:
+        return [int(part) for part in handle.read().split()]
+
+
+def environment_block(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return handle.read()
+
+
+def accepting(port: int) -> bool:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/lockgate-probe", headers={"x-lockgate-token": TOKEN})
+        conn.getresponse().read()
+    except OSError:
+        return False
+    finally:
+        conn.close()
+    return True
+
+
+def post_chat(port: int) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            json.dumps(request_for("chat")),
+            {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+        )
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def write_secret(path: Path, value: str) -> str:
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+@pytest.mark.parametrize("source", ["file", "variable"])
+def test_two_workers_gate_with_secrets_kept_out_of_their_environment(
+    tmp_path: Path, source: str
+) -> None:
+    port = dead_port()
+    with ServerThread([ACCEPTED, ACCEPTED], provider="chat") as server:
+        upstream = server.base_url.removesuffix("/v1")
+        if source == "file":
+            env = clean_environment(
+                LOCKGATE_UPSTREAM=upstream,
+                LOCKGATE_API_KEY_FILE=write_secret(tmp_path / "key", HELD_KEY),
+                LOCKGATE_CLIENT_TOKEN_FILE=write_secret(tmp_path / "token", TOKEN),
+            )
+        else:
+            env = clean_environment(
+                LOCKGATE_UPSTREAM=upstream,
+                LOCKGATE_API_KEY_ENV="LG_HELD",
+                LG_HELD=HELD_KEY,
+                LOCKGATE_CLIENT_TOKEN_ENV="LG_TOKEN",
+                LG_TOKEN=TOKEN,
+            )
+        with gunicorn(port, env) as process:
+            wait_until(
+                lambda: accepting(port), "gunicorn serves", alive=lambda: process.poll() is None
+            )
+            wait_until(lambda: len(children(process.pid)) == 2, "two workers booted")
+            answers = [post_chat(port), post_chat(port)]
+            blocks = [environment_block(pid) for pid in [process.pid, *children(process.pid)]]
+    assert answers == [(200, turn_bytes(ACCEPTED, "chat"))] * 2
+    assert server.server is not None
+    assert [r.headers["authorization"] for r in server.server.requests] == [
+        "Bearer [redacted]"
+    ] * 2  # the scripted server's own log redacts what it was sent: the held key
+    held = [HELD_KEY.encode() in b or TOKEN.encode() in b for b in blocks]
+    # From files: no process's environment block (/proc/PID/environ) ever holds a secret.
+    # From variables: every process keeps the block it was started with (the README says
+    # so, and recommends the files).
+    assert held == ([False] * 3 if source == "file" else [True] * 3)
+
+
+def test_a_misconfigured_factory_is_one_line_and_gunicorns_exit_4() -> None:
+    port = dead_port()
+    with gunicorn(port, clean_environment(), workers=1) as process:
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 4, err
+    assert "Traceback" not in err
+    ours = [line for line in err.splitlines() if line.startswith("lockgate proxy: ")]
+    assert ours == ["lockgate proxy: LOCKGATE_UPSTREAM is not set"]
+    assert "App failed to load" in err
