@@ -150,14 +150,29 @@ def test_a_port_in_use_is_one_line_exit_two(cli: CLI) -> None:
 
 
 def test_the_parsers_defaults_are_the_proxys_own() -> None:
-    from lockgate.cli.args import HEAD_TIMEOUT_SECONDS, PROXY_KEEPALIVE_SECONDS, PROXY_MAX_STREAMS
+    from lockgate.cli.args import (
+        HEAD_TIMEOUT_SECONDS,
+        PROXY_KEEPALIVE_SECONDS,
+        PROXY_MAX_HELD_BYTES,
+        PROXY_MAX_STREAMS,
+    )
     from lockgate.proxy.engine import DEFAULT_KEEPALIVE_SECONDS
-    from lockgate.proxy.server import DEFAULT_HEAD_TIMEOUT, DEFAULT_MAX_STREAMS
+    from lockgate.proxy.server import (
+        DEFAULT_HEAD_TIMEOUT,
+        DEFAULT_MAX_HELD_BYTES,
+        DEFAULT_MAX_STREAMS,
+    )
 
-    assert (PROXY_KEEPALIVE_SECONDS, PROXY_MAX_STREAMS, HEAD_TIMEOUT_SECONDS) == (
+    assert (
+        PROXY_KEEPALIVE_SECONDS,
+        PROXY_MAX_STREAMS,
+        HEAD_TIMEOUT_SECONDS,
+        PROXY_MAX_HELD_BYTES,
+    ) == (
         DEFAULT_KEEPALIVE_SECONDS,
         DEFAULT_MAX_STREAMS,
         DEFAULT_HEAD_TIMEOUT,
+        DEFAULT_MAX_HELD_BYTES,
     )
 
 

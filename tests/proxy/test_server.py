@@ -673,3 +673,27 @@ async def test_a_request_body_that_never_arrives_frees_its_slot() -> None:
     assert answer.startswith(b"HTTP/1.1 408")
     assert status == 400
     assert len(seen) == 1
+
+
+async def test_every_stream_shares_one_held_bytes_budget() -> None:
+    # The first stream holds its calls and never ends; the second, alone within the
+    # budget, would take the two beyond it: refused (transient), and the first goes on.
+    hanging = Turn(reply=ACCEPTED.reply, faults=Faults(end="hang"))
+    budget = int(len(turn_bytes(ACCEPTED, "chat")) * 1.1)
+    async with (
+        scripted("chat", [hanging, ACCEPTED], max_held_bytes=budget) as (server, proxied),
+        aiohttp.ClientSession() as session,
+    ):
+        url = proxied.proxy.url + PATHS["chat"]
+        async with session.post(url, json=request_for("chat")) as held:
+            assert await first_bytes(held)
+            await wait_for(lambda: len(server.requests) == 1, "the first stream opened")
+            status, _, body = await post(url, request_for("chat"))
+            assert status == 200
+            assert ends_with_refusal(body, "chat")
+            error = json.loads(body.rsplit(b"data: ", 1)[1])["error"]
+            assert error["type"] == "server_error"  # transient: a new request may find room
+            assert "the proxy holds" in error["message"]
+            assert tool_events(body) == []
+        await wait_for(lambda: len(proxied.records) == 2, "both requests were recorded")
+    assert sorted(record.outcome for record in proxied.records) == ["abandoned", "withheld"]

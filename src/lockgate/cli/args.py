@@ -544,6 +544,7 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 HEAD_TIMEOUT_SECONDS = 30.0  # proxy.server.DEFAULT_HEAD_TIMEOUT (kept light here)
+PROXY_MAX_HELD_BYTES = 256 * 1024 * 1024  # proxy.server.DEFAULT_MAX_HELD_BYTES
 # The gate's bounds (`gate.GateLimits`): what each flag bounds in one response.
 LIMIT_HELP = {
     "max_text_chars": "answer text characters",
@@ -585,6 +586,14 @@ def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="close a connection whose request head has not arrived this long after it "
         f"opened or after the previous answer (default {HEAD_TIMEOUT_SECONDS:g})",
+    )
+    proxy.add_argument(
+        "--max-held-bytes",
+        type=_bound,
+        default=PROXY_MAX_HELD_BYTES,
+        metavar="N",
+        help="the bytes all unfinished responses may hold at once; a response that would go "
+        f"beyond is refused, the others go on (default {PROXY_MAX_HELD_BYTES})",
     )
     defaults = GateLimits()
     for name, what in LIMIT_HELP.items():

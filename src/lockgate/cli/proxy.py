@@ -178,6 +178,7 @@ async def _serve(
         allow_hosts=tuple(args.allow_host),
         key_on_any_path=args.key_on_any_path,
         head_timeout=args.head_timeout,
+        max_held_bytes=args.max_held_bytes,
     )
     _quiet_aiohttp()
     failed: list[OSError] = []

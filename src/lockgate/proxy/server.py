@@ -100,6 +100,7 @@ from .engine import (
     Accepted,
     GatingOptions,
     GatingStream,
+    HeldBudget,
     Hold,
     Refused,
     capped_body,
@@ -111,6 +112,7 @@ from .routes import PathProblem, plain_path, resumes_response_stream, route, tak
 
 __all__ = [
     "DEFAULT_HEAD_TIMEOUT",
+    "DEFAULT_MAX_HELD_BYTES",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_MAX_STREAMS",
     "MAX_REQUEST_DEPTH",
@@ -131,6 +133,10 @@ __all__ = [
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 256
 DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measured (15 s)
+# The bytes every gated stream of the process may hold at once (each stream: at most
+# `GatingOptions.max_held_bytes`, 64 MiB): beyond, the stream that would go over is refused
+# (transient) and the others go on.
+DEFAULT_MAX_HELD_BYTES = 256 * 1024 * 1024
 TOKEN_HEADER = "x-lockgate-token"
 MAX_REQUEST_DEPTH = 256  # JSON nesting of a protocol request body
 MAX_REQUEST_VALUES = 1_000_000  # JSON values (keys counted) of a protocol request body
@@ -220,6 +226,8 @@ class ProxyConfig:
     # A request head must arrive within this many seconds of the connection, or of the
     # previous answer on a kept-alive one; else the connection is closed.
     head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    # What every gated stream may hold at once (`engine.HeldBudget`).
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
 
     def __post_init__(self) -> None:
         problem = upstream_problem(self.upstream)
@@ -231,6 +239,8 @@ class ProxyConfig:
             raise ValueError("max_streams must be at least 1")
         if self.max_request_bytes < 1:
             raise ValueError("max_request_bytes must be at least 1")
+        if self.max_held_bytes < 1:
+            raise ValueError("max_held_bytes must be at least 1")
         if not (math.isfinite(self.grace_seconds) and self.grace_seconds >= 0):
             raise ValueError("grace_seconds must be a non-negative number of seconds")
         if not (math.isfinite(self.head_timeout) and self.head_timeout > 0):
@@ -368,6 +378,7 @@ class _Proxy:
         self.log = log
         self.warn = warn or _log.warning
         self.redact = Redactor([s for s in (config.api_key, config.client_token) if s])
+        self.held = HeldBudget(config.max_held_bytes)  # shared by every gated stream
         # What reaches a client is redacted of the held key (the client knows its token).
         self.client_redactor = Redactor([config.api_key]) if config.api_key else None
         self.allowed_hosts = frozenset(_host_key(name) for name in config.allow_hosts)
@@ -944,6 +955,7 @@ class _Proxy:
                 self.config.gating,
                 redact=self.redact,
                 started_at=note.started,
+                budget=self.held,
             )
         except Exception as exc:  # a request whose tools cannot be read
             return self._unjudged(
@@ -1454,6 +1466,7 @@ def _environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]
         head_timeout=_float_variable(
             env, "LOCKGATE_HEAD_TIMEOUT", DEFAULT_HEAD_TIMEOUT, positive=True
         ),
+        max_held_bytes=_whole_variable(env, "LOCKGATE_MAX_HELD_BYTES", DEFAULT_MAX_HELD_BYTES),
     )
     return config, [name for name in (key_variable, token_variable) if name]
 
