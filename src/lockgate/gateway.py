@@ -13,7 +13,9 @@ snapshot of and the protocol's error body. Each provider implements it in
 `providers/<name>/gateway.py`.
 
 `declared_tool` builds the `ToolSpec` of a tool as a request declares it (any name, any
-schema: the provider's API has the last word on both), for every gateway alike.
+schema: the provider's API has the last word on both), for every gateway alike;
+`suffix_target` is the routing rule of a protocol whose requests are a `POST` to a path that
+ends so, whatever prefix comes before, and that asks for a stream in its body.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ __all__ = [
     "HOP_BY_HOP",
     "DeclaredTool",
     "Gateway",
+    "ProtocolTarget",
     "Refusal",
     "declared_tool",
     "declared_tools",
     "schema_problem",
+    "suffix_target",
 ]
 
 # Hop-by-hop headers (RFC 9110 §7.6.1): never passed on by the proxy, either way.
@@ -54,6 +58,17 @@ HOP_BY_HOP = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class ProtocolTarget:
+    """A request a gateway takes, as its method and path say: `stream` True or False when
+    the path decides it (Gemini's `:streamGenerateContent`, Vertex AI's `:streamRawPredict`),
+    None when the body's `stream` does; `problem`, why the request, though the protocol's,
+    cannot be gated (it is refused with 400 before anything is sent), or None."""
+
+    stream: bool | None = None
+    problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Refusal:
     """Why the engine refused a stream, as the client will read it. `kind`: a failure kind
     (`errors.FailureKind` values), `model_refused`, or `internal_error`; `message`: the
@@ -69,8 +84,39 @@ class Refusal:
 class Gateway(Protocol):
     """One protocol's side of the gating engine."""
 
-    def wants_stream(self, request: Mapping[str, Any]) -> bool:
-        """Whether a native request body asks for a streamed response."""
+    @property
+    def path_endings(self) -> tuple[str, ...]:
+        """How the paths of this protocol's requests end (`/chat/completions`,
+        `:streamGenerateContent` …): a path that ends so in other letter case is refused, as
+        an upstream may route it differently from the proxy."""
+        ...
+
+    def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
+        """Whether this protocol's gate takes a request, from its method, its plain path
+        (without the query) and its query (the first value of each name); None: it is no
+        request of this protocol."""
+        ...
+
+    def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
+        """Whether a native request asks for a streamed response (its path, else its
+        body)."""
+        ...
+
+    @property
+    def key_header(self) -> str:
+        """The header this protocol's requests carry their key in: `authorization` (as
+        `Bearer KEY`), `x-api-key`, `x-goog-api-key` …"""
+        ...
+
+    def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+        """Whether a request that is no protocol request (`GET …/models`, a token count) is
+        this protocol's, by what its SDK sends (a header of its own, its key's place): the
+        proxy then sends a held key and its own errors in this protocol's form."""
+        ...
+
+    def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        """The protocol's JSON error body for an error of the proxy's own (401, 403, 413,
+        503 …), in the shape its SDK reads the message of."""
         ...
 
     def tools(
@@ -229,3 +275,15 @@ def declared_tools(
         if picked is not None
     )
     return tuple(tool for tool in found if tool is not None)
+
+
+def suffix_target(method: str, path: str, endings: tuple[str, ...]) -> ProtocolTarget | None:
+    """The target of a protocol whose requests are a `POST` to a path ending in one of
+    `endings` (whatever prefix comes before: `/v1`, a gateway's own), asking for a stream in
+    the body."""
+    if method.upper() != "POST":
+        return None
+    return _BODY_DECIDES if path.rstrip("/").endswith(endings) else None
+
+
+_BODY_DECIDES = ProtocolTarget()

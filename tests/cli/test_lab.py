@@ -135,10 +135,10 @@ def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
     code, stdout, _ = lab("--via", "proxy", "--scenario", "second-call-invalid")
     assert code == 0
     rows = {(row[0], row[1]): row for row in table_rows(stdout) if len(row) == 9}
-    for provider in ("responses", "chat", "anthropic"):
+    for provider in ("responses", "chat", "anthropic", "gemini"):
         # requests, passed, withheld, run executed, naive via proxy, naive direct, result
         assert rows["second-call-invalid", provider][2:] == ["1", "0", "1", "0", "0", "2", "ok"]
-    assert stdout.splitlines()[-1] == "3 of 3 runs through the proxy as expected"
+    assert stdout.splitlines()[-1] == "4 of 4 runs through the proxy as expected"
 
 
 def test_lab_via_proxy_json_records_and_usage_errors() -> None:
@@ -148,11 +148,9 @@ def test_lab_via_proxy_json_records_and_usage_errors() -> None:
     assert [record["event"] for record in records] == ["lab_proxy_run"]
     assert records[0]["naive_executed_via_proxy"] == records[0]["run_executed"] == 6
     assert records[0]["as_expected"] is True
-    code, _, stderr = lab("--via", "proxy", "--provider", "gemini")
-    assert (code, stderr.strip()) == (
-        2,
-        "lockgate: the proxy does not gate gemini (it gates responses, chat, anthropic)",
-    )
+    code, stdout, _ = lab("--via", "proxy", "--scenario", "repair", "--provider", "gemini")
+    assert code == 0  # every protocol is gated, Gemini's native one too
+    assert stdout.splitlines()[-1] == "1 of 1 runs through the proxy as expected"
     code, _, stderr = lab("--via", "proxy", "--transport", "http")
     assert (code, stderr.strip()) == (
         2,

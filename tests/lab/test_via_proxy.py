@@ -5,6 +5,8 @@ passed is what the client receives directly."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lockgate.lab.scenarios import SCENARIOS_BY_NAME
@@ -29,7 +31,7 @@ async def test_the_naive_client_through_the_proxy_executes_what_lockgate_run_doe
 
 
 def test_every_gated_protocol_plays_and_only_client_side_faults_are_skipped() -> None:
-    assert {name for _, name in RUNS} == {"responses", "chat", "anthropic"}
+    assert {name for _, name in RUNS} == {"responses", "chat", "anthropic", "gemini"}
     assert len(RUNS) >= 150
     for scenario, _, reason in SKIPPED:
         assert skip_reason(scenario) == reason
@@ -49,7 +51,7 @@ async def test_the_naive_client_would_run_the_invalid_batch_without_the_proxy() 
     assert result.withheld == 1
 
 
-@pytest.mark.parametrize("name", ["responses", "chat", "anthropic"])
+@pytest.mark.parametrize("name", ["responses", "chat", "anthropic", "gemini"])
 def test_calls_seen_counts_call_starts_even_in_a_broken_body(name: str) -> None:
     renderer = provider(name).render()
     reply = Reply("resp_seen", (Say("Fixing."), Call("call_1", "edit", EDIT_FIX, 3)))
@@ -57,7 +59,9 @@ def test_calls_seen_counts_call_starts_even_in_a_broken_body(name: str) -> None:
     whole = b"".join(frames)
     assert calls_seen(name, whole) == 1
     # cut just after the call's first frame, in the middle of the next
-    cut = whole[: whole.index(b"\n\n", whole.index(b'"edit"')) + 12]
+    end = re.compile(rb"\r?\n\r?\n").search(whole, whole.index(b'"edit"'))  # Gemini: CRLF
+    assert end is not None
+    cut = whole[: end.end() + 10]
     assert calls_seen(name, cut) == 1
     assert calls_seen(name, b"data: {not json}\n\n" + whole) == 1
     assert calls_seen(name, b"") == 0

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from lockgate.errors import FailureKind, ResponseFailure, StreamInterrupted
+from lockgate.gateway import ProtocolTarget
 from lockgate.providers import provider as registry_entry
 from lockgate.proxy import (
     Accepted,
@@ -506,11 +507,13 @@ def test_only_2xx_answers_to_streaming_requests_are_gated(provider: str) -> None
     gateway = registry_entry(provider).gateway
     assert gateway is not None
     streaming = request_for(provider)
-    assert gates(gateway(), streaming, 200)
-    assert not gates(gateway(), streaming, 429)
-    assert not gates(gateway(), streaming, 500)
-    assert not gates(gateway(), {**streaming, "stream": False}, 200)
-    assert not gates(gateway(), {k: v for k, v in streaming.items() if k != "stream"}, 200)
+    assert gates(gateway(), streaming, 200, ProtocolTarget())
+    assert not gates(gateway(), streaming, 429, ProtocolTarget())
+    assert not gates(gateway(), streaming, 500, ProtocolTarget())
+    assert not gates(gateway(), {**streaming, "stream": False}, 200, ProtocolTarget())
+    assert not gates(
+        gateway(), {k: v for k, v in streaming.items() if k != "stream"}, 200, ProtocolTarget()
+    )
 
 
 def test_error_bodies_pass_under_the_cap() -> None:

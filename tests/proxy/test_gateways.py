@@ -13,7 +13,7 @@ from lockgate.conversation import ToolSpec
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import ResponseGate
-from lockgate.gateway import DeclaredTool, Gateway, Refusal, declared_tool
+from lockgate.gateway import DeclaredTool, Gateway, ProtocolTarget, Refusal, declared_tool
 from lockgate.providers import provider as registry_entry
 from lockgate.sse import ServerSentEvent, SSEDecoder
 
@@ -136,13 +136,16 @@ def test_a_schema_the_gate_cannot_use_falls_back_to_the_permissive_check() -> No
     assert no_parameters.schema_problem is None
 
 
+BODY = ProtocolTarget()  # the body's `stream` decides
+
+
 @pytest.mark.parametrize("provider", PROTOCOLS)
 def test_a_request_asks_for_a_stream_with_stream_true(provider: str) -> None:
     gateway = gateway_of(provider)
-    assert gateway.wants_stream({"stream": True})
-    assert not gateway.wants_stream({"stream": False})
-    assert not gateway.wants_stream({})
-    assert not gateway.wants_stream({"stream": "true"})
+    assert gateway.wants_stream({"stream": True}, BODY)
+    assert not gateway.wants_stream({"stream": False}, BODY)
+    assert not gateway.wants_stream({}, BODY)
+    assert not gateway.wants_stream({"stream": "true"}, BODY)
 
 
 def _event(name: str | None, payload: dict[str, Any]) -> ServerSentEvent:

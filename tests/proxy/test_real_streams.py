@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from lockgate.gateway import ProtocolTarget
 from lockgate.providers import provider as registry_entry
 from lockgate.proxy import Accepted, GatingOptions, Refused, gates
 
@@ -135,7 +136,7 @@ async def _check(path: Path) -> tuple[str, list[str]]:
     gateway = entry.gateway()
     status = int(recording["status"])
     if status >= 400:
-        if gates(gateway, request, status):
+        if gates(gateway, request, status, ProtocolTarget()):
             return "error status", [f"{name}: an HTTP {status} would be gated"]
         return "error status", []
     problems: list[str] = []

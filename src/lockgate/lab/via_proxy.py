@@ -195,10 +195,11 @@ async def run_via_proxy(scenario: Scenario, provider: str) -> ProxyLabResult:
     reference = await run_scenario(scenario, "http", provider=provider)
     requests = reference.requests
     renderer = registry_entry(provider).render()
+    where = renderer.path + (f"?{renderer.stream_query}" if renderer.stream_query else "")
     turns = scenario.turns()
     async with serve_script(turns, provider=provider) as server:
         origin = f"http://{server.host}:{server.port}"
-        direct = await _naive(origin + renderer.path, requests, provider)
+        direct = await _naive(origin + where, requests, provider)
     records: list[ProxyRecord] = []
     gating = GatingOptions(
         idle_timeout=LAB_IDLE_TIMEOUT_SECONDS,
@@ -210,7 +211,7 @@ async def run_via_proxy(scenario: Scenario, provider: str) -> ProxyLabResult:
         upstream = f"http://{server.host}:{server.port}"
         config = ProxyConfig(upstream=upstream, gating=gating)
         async with serving(config, records.append) as running:
-            via = await _naive(running.url + renderer.path, requests, provider)
+            via = await _naive(running.url + where, requests, provider)
         await server.settle()
     for _ in range(50):  # the log line of the last request may follow its body
         if len(records) >= len(requests):

@@ -86,7 +86,7 @@ from ..events import (
     ignore_event,
 )
 from ..gate import Decision, GateLimits, ResponseGate
-from ..gateway import HOP_BY_HOP, Gateway, Refusal
+from ..gateway import HOP_BY_HOP, Gateway, ProtocolTarget, Refusal
 from ..http import ERROR_BODY_CAP_BYTES, describe
 from ..jsonlimits import parse_event
 from ..providers.base import Provider
@@ -717,10 +717,16 @@ def _gateway(entry: Provider) -> Gateway:
 # --- what a server or transport needs besides the stream -----------------------------------
 
 
-def gates(gateway: Gateway, request: Mapping[str, Any], status: int) -> bool:
+def gates(
+    gateway: Gateway,
+    request: Mapping[str, Any],
+    status: int,
+    target: ProtocolTarget,
+) -> bool:
     """Whether a response goes through the engine: a 2xx answer to a request that asks for
-    a stream. Anything else (a non-streaming request, an error status) passes as it came."""
-    return 200 <= status < 300 and gateway.wants_stream(request)
+    a stream (its path, as `target` says, else its body). Anything else (a non-streaming
+    request, an error status) passes as it came."""
+    return 200 <= status < 300 and gateway.wants_stream(request, target)
 
 
 async def capped_body(

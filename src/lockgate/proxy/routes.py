@@ -1,7 +1,10 @@
-"""Which protocol a request speaks, from its method and path: what the proxy and the gating
-transport route by. `POST …/responses` is OpenAI Responses, `POST …/chat/completions` is
-Chat Completions, `POST …/messages` is Anthropic Messages, whatever prefix comes before
-(`/v1`, a gateway's own); anything else (another path, another method) is no protocol
+"""Which protocol a request speaks, from its method, path and query: what the proxy and the
+gating transport route by. Each provider's gateway says which requests are its own
+(`Gateway.target`): `POST …/responses` is OpenAI Responses, `POST …/chat/completions` is
+Chat Completions, `POST …/messages` (and Vertex AI's `…:streamRawPredict`, `…:rawPredict`)
+is Anthropic Messages, `POST …/models/{model}:streamGenerateContent` (and
+`:generateContent`, on the Gemini API and Vertex AI) is Gemini, whatever prefix comes
+before (`/v1`, a gateway's own); anything else (another path, another method) is no protocol
 request and passes to the upstream unchanged.
 
 The proxy routes a path in its plain form (`plain_path`): percent-escapes of unreserved
@@ -17,38 +20,65 @@ saw, is refused (`resumes_response_stream`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from ..providers import provider as get_provider
+from ..gateway import Gateway, ProtocolTarget
+from ..providers import PROVIDERS
 from ..providers.base import Provider
 
 __all__ = [
-    "GATED_SUFFIXES",
     "PathProblem",
+    "Routed",
+    "gated_endings",
+    "owner",
     "plain_path",
     "resumes_response_stream",
     "route",
     "takes_held_key",
 ]
 
-# The path ends each gated protocol has, and the provider that speaks it.
-GATED_SUFFIXES: tuple[tuple[str, str], ...] = (
-    ("/chat/completions", "chat"),
-    ("/responses", "responses"),
-    ("/messages", "anthropic"),
-)
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """A protocol request: the provider it is gated with, its gateway, and what its path
+    says (`ProtocolTarget`)."""
+
+    provider: Provider
+    gateway: Gateway
+    target: ProtocolTarget
 
 
-def route(method: str, path: str) -> Provider | None:
-    """The provider a request is gated with (None: it passes unchanged). `path` is the
-    request's path without its query (the proxy gives its plain form)."""
-    if method.upper() != "POST":
-        return None
-    trimmed = path.rstrip("/")
-    for suffix, name in GATED_SUFFIXES:
-        if trimmed.endswith(suffix):
-            return get_provider(name)
+def _gateways() -> list[tuple[Provider, Gateway]]:
+    return [(entry, entry.gateway()) for entry in PROVIDERS.values() if entry.gateway]
+
+
+def route(method: str, path: str, query: Mapping[str, str] | None = None) -> Routed | None:
+    """The protocol a request is gated with (None: it passes unchanged). `path` is the
+    request's path without its query (the proxy gives its plain form); `query`, the first
+    value of each of its names."""
+    for entry, gateway in _gateways():
+        target = gateway.target(method, path, query or {})
+        if target is not None:
+            return Routed(entry, gateway, target)
     return None
+
+
+def owner(path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> Gateway:
+    """The protocol a request that is no protocol request belongs to (`Gateway.claims`: a
+    header of its own, its key's place): the form a held key and the proxy's own errors take
+    for it. The registry lists OpenAI's protocols first, which claim whatever no other does:
+    the others are asked first."""
+    gateways = [gateway for _, gateway in _gateways()]
+    for gateway in reversed(gateways):
+        if gateway.claims(path, headers, query):
+            return gateway
+    return gateways[0]
+
+
+def gated_endings() -> tuple[str, ...]:
+    """How every gated protocol's paths end (`/chat/completions`, `:generateContent` …)."""
+    return tuple(ending for _, gateway in _gateways() for ending in gateway.path_endings)
 
 
 # --- the plain path --------------------------------------------------------------------------
@@ -99,8 +129,8 @@ def plain_path(raw: str) -> str:
         if not segment and number < len(segments):
             raise PathProblem("an empty segment ('//')")
     lowered = path.rstrip("/").lower()
-    for suffix, _ in GATED_SUFFIXES:
-        if lowered.endswith(suffix) and not path.rstrip("/").endswith(suffix):
+    for suffix in gated_endings():
+        if lowered.endswith(suffix.lower()) and not path.rstrip("/").endswith(suffix):
             raise PathProblem(f"'{suffix}' in other letter case")
     return path
 

@@ -67,7 +67,6 @@ import dataclasses
 import errno
 import hmac
 import ipaddress
-import json
 import logging
 import math
 import os
@@ -91,7 +90,7 @@ from ..cassette.format import Verdict
 from ..cassette.recorder import CassetteRecorder, Exchange
 from ..credentials import Redactor, api_key_problem
 from ..gate import GateLimits
-from ..gateway import HOP_BY_HOP, Gateway, Refusal
+from ..gateway import HOP_BY_HOP, Gateway, ProtocolTarget, Refusal
 from ..http import describe
 from ..jsonlimits import TooComplex, parse_document
 from ..providers.base import Provider
@@ -108,7 +107,14 @@ from .engine import (
     gates,
     judge_whole,
 )
-from .routes import PathProblem, plain_path, resumes_response_stream, route, takes_held_key
+from .routes import (
+    PathProblem,
+    owner,
+    plain_path,
+    resumes_response_stream,
+    route,
+    takes_held_key,
+)
 
 __all__ = [
     "DEFAULT_HEAD_TIMEOUT",
@@ -513,7 +519,10 @@ class _Proxy:
             path_problem: str | None = None
         except PathProblem as exc:
             path, path_problem = raw_path, str(exc)
-        entry = route(request.method, path) if path_problem is None else None
+        query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
+        routed = route(request.method, path, query) if path_problem is None else None
+        entry = routed.provider if routed is not None else None
+        target = routed.target if routed is not None else None
         note = _Note(request.method, path, entry.name if entry else None, loop.time())
         task = asyncio.current_task()
         counted = False
@@ -533,6 +542,18 @@ class _Proxy:
                 return self._reject(
                     note, entry, 401, "the lockgate client token is missing or wrong", request
                 )
+            if _upgrades(request) and route("POST", path, query) is not None:
+                # Codex tries a WebSocket at its base URL first, and falls back to HTTP at
+                # once on 426; a WebSocket is never passed on ungated.
+                return self._reject(
+                    note,
+                    entry,
+                    426,
+                    "a WebSocket on a gated path cannot be gated; send the request over HTTP",
+                    request,
+                )
+            if target is not None and target.problem is not None:
+                return self._reject(note, entry, 400, target.problem, request)
             if self.config.api_key is not None:
                 problem = self._held_key_problem(request, path)
                 if problem is not None:
@@ -561,7 +582,7 @@ class _Proxy:
             counted = True
             if task is not None:
                 self.tasks.add(task)
-            return await self._proxy(request, entry, note)
+            return await self._proxy(request, entry, target, note)
         except asyncio.CancelledError:
             if self.cutting:
                 note.outcome = "cut"
@@ -710,7 +731,7 @@ class _Proxy:
         body = _error_body(entry, request, f"lockgate proxy: {message}", status, param)
         return web.Response(status=status, body=body, headers=headers)
 
-    def _upstream_headers(self, request: web.Request, anthropic: bool) -> CIMultiDict[str]:
+    def _upstream_headers(self, request: web.Request, key_header: str) -> CIMultiDict[str]:
         named = {
             part.strip().lower()
             for value in request.headers.getall("connection", [])
@@ -730,10 +751,7 @@ class _Proxy:
                 continue
             headers.add(name, value)
         if held is not None:
-            if anthropic:
-                headers["x-api-key"] = held
-            else:
-                headers["authorization"] = f"Bearer {held}"
+            headers[key_header] = f"Bearer {held}" if key_header == "authorization" else held
         return headers
 
     def _client_headers(self, upstream: aiohttp.ClientResponse) -> dict[str, str]:
@@ -768,7 +786,11 @@ class _Proxy:
         return await loop.run_in_executor(self.parser, _request_object, body)
 
     async def _proxy(
-        self, request: web.Request, entry: Provider | None, note: _Note
+        self,
+        request: web.Request,
+        entry: Provider | None,
+        target: ProtocolTarget | None,
+        note: _Note,
     ) -> web.StreamResponse:
         try:
             async with asyncio.timeout(self.config.gating.idle_timeout):
@@ -796,17 +818,20 @@ class _Proxy:
                     return self._reject(
                         note, entry, 400, choices, request, _CHOICES_FIELD.get(entry.name)
                     )
-        anthropic = (entry is not None and entry.name == "anthropic") or (
-            entry is None and _anthropic_pass_through(request, note.path)
-        )
+        speaker = _speaker(entry, request, note.path)
         assert self.session is not None
         query = request.rel_url.raw_query_string
+        if self.config.api_key is not None and "key" in request.rel_url.query:
+            # A key in the query (Gemini's other place for it) is the client's: the proxy
+            # sends the one it holds, in its header.
+            kept = [(name, value) for name, value in request.rel_url.query.items() if name != "key"]
+            query = URL("/").with_query(kept).raw_query_string
         url = URL(self.base + note.path + (f"?{query}" if query else ""), encoded=True)
         try:
             upstream = await self.session.request(
                 request.method,
                 url,
-                headers=self._upstream_headers(request, anthropic),
+                headers=self._upstream_headers(request, speaker.key_header),
                 data=body or None,
                 allow_redirects=False,
             )
@@ -846,7 +871,8 @@ class _Proxy:
                     "malformed_event",
                     "the request is not a JSON object, so its answer cannot be judged",
                 )
-            if gates(gateway, parsed, status):
+            assert target is not None  # routed: a protocol request has its target
+            if gates(gateway, parsed, status, target):
                 return await self._gate(request, entry, parsed, upstream, headers, note)
             return await self._whole(entry, gateway, parsed, upstream, headers, note)
         finally:
@@ -1103,6 +1129,15 @@ class _ProxyRunner(web.AppRunner):
         return _ProxyServer(self._lockgate, await super()._make_server())
 
 
+def _upgrades(request: web.Request) -> bool:
+    """Whether a request asks to switch to a WebSocket."""
+    return any(
+        part.strip().lower() == "websocket"
+        for value in request.headers.getall("upgrade", [])
+        for part in value.split(",")
+    )
+
+
 def _gateway(entry: Provider) -> Gateway:
     assert entry.gateway is not None
     return entry.gateway()
@@ -1184,10 +1219,16 @@ def _choices_problem(entry: Provider, request: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _anthropic_pass_through(request: web.Request, path: str) -> bool:
-    """Whether a pass-through request is Anthropic's: a `/messages` segment in its path, or
-    the `anthropic-version` header every Anthropic SDK request carries."""
-    return "messages" in path.split("/") or "anthropic-version" in request.headers
+def _speaker(entry: Provider | None, request: web.Request | None, path: str) -> Gateway:
+    """The protocol a request speaks: its own when it is a protocol request, else the one
+    that claims it (`routes.owner`: Anthropic's and Gemini's SDKs send headers of their
+    own), for the form of a held key and of the proxy's own errors."""
+    if entry is not None and entry.gateway is not None:
+        return entry.gateway()
+    if request is None:
+        return owner("/", {}, {})
+    query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
+    return owner(path, request.headers, query)
 
 
 def _failure_before_answer(exc: BaseException, idle: float) -> tuple[int, str]:
@@ -1218,29 +1259,9 @@ def _error_body(
     status: int,
     param: str | None = None,
 ) -> bytes:
-    """The proxy's own error, in the shape the client's SDK reads: Anthropic's
-    (`{"type": "error", "error": {...}}`) or OpenAI's (`{"error": {...}}`)."""
-    anthropic = (entry is not None and entry.name == "anthropic") or (
-        entry is None
-        and request is not None
-        and _anthropic_pass_through(request, request.rel_url.raw_path)
-    )
-    kinds = {
-        400: ("invalid_request_error", "invalid_request_error"),
-        401: ("authentication_error", "invalid_api_key"),
-        403: ("permission_error", "forbidden"),
-        413: ("request_too_large", "request_too_large"),
-        502: ("api_error", "bad_gateway"),
-        503: ("overloaded_error", "overloaded"),
-        504: ("api_error", "gateway_timeout"),
-    }
-    kind, code = kinds.get(status, ("api_error", "proxy_error"))
-    if anthropic:
-        payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-    else:
-        error_type = "invalid_request_error" if 400 <= status < 500 else "server_error"
-        payload = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    return json.dumps(payload).encode()
+    """The proxy's own error, in the shape the client's SDK reads (`_speaker`)."""
+    path = request.rel_url.raw_path if request is not None else "/"
+    return _speaker(entry, request, path).client_error_body(status, message, param)
 
 
 # --- running it ------------------------------------------------------------------------------

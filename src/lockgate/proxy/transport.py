@@ -67,7 +67,7 @@ from .engine import (
     gates,
     judge_whole,
 )
-from .routes import route
+from .routes import PathProblem, plain_path, route
 
 __all__ = ["GatingTransport", "gated_client"]
 
@@ -94,14 +94,21 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         self._open: weakref.WeakSet[_GatedBody] = weakref.WeakSet()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        entry = route(request.method, request.url.path)
-        if entry is None or entry.gateway is None:
+        try:
+            path = plain_path(request.url.path)
+        except PathProblem:
+            path = request.url.path  # no SDK builds such a path: routed as it is
+        query = {name: value for name, value in reversed(request.url.params.multi_items())}
+        routed = route(request.method, path, query)
+        if routed is None:
             return await self.inner.handle_async_request(request)
+        entry, gateway, target = routed.provider, routed.gateway, routed.target
+        if target.problem is not None:
+            return _unsupported(gateway, target.problem)
         started_at = asyncio.get_running_loop().time()
         # A body that is no JSON object (the upstream will say what is wrong with it) asks
         # for no stream and exposes no tools: a 2xx answer to it fails closed.
         native = _json_object(await request.aread()) or {}
-        gateway = entry.gateway()
         bounds = _Bounds(started_at, self.options)
         try:
             async with asyncio.timeout_at(bounds.head_until()) as timer:
@@ -114,7 +121,7 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         if not 200 <= status < 300:
             return response
         try:
-            if gates(gateway, native, status):
+            if gates(gateway, native, status, target):
                 return self._streamed(entry, gateway, native, response, started_at)
             return await self._whole(entry, gateway, native, response, bounds)
         except BaseException:
@@ -304,6 +311,15 @@ def _time_refusal(
     text = f"lockgate refused the response: {lapse.kind}: {lapse.reason}"
     body = gateway.error_body(Refusal(str(lapse.kind), text, True, 0))
     return httpx2.Response(status, headers=_json_headers(headers or []), content=body)
+
+
+def _unsupported(gateway: Gateway, problem: str) -> httpx2.Response:
+    """A protocol request the gate cannot judge, refused before it is sent: a 400 with the
+    protocol's error body, which no new request can change (`x-should-retry: false`)."""
+    text = f"lockgate refused the request: {problem}"
+    body = gateway.error_body(Refusal("unsupported_request", text, False, 0))
+    headers = [*_json_headers([]), ("x-should-retry", "false")]
+    return httpx2.Response(400, headers=headers, content=body)
 
 
 def _json_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -40,6 +40,12 @@ class Renderer(Protocol):
         of the lab's model asks it."""
         ...
 
+    @property
+    def stream_query(self) -> str:
+        """The query string a client of the lab's model adds to `path` for a stream (Gemini:
+        `alt=sse`; "" for a protocol that asks in the body)."""
+        ...
+
     def answers(self, path: str) -> bool:
         """Whether a POST to `path` (its query string included) is this protocol's request
         (a protocol that names the model in the path matches more than one path)."""
@@ -90,6 +96,7 @@ class StreamFlagRenderer:
     OpenAI protocols, Anthropic): mixed into its renderer, which sets `path`."""
 
     path: str
+    stream_query = ""  # the body asks for a stream
 
     def answers(self, path: str) -> bool:
         return path.split("?", 1)[0] == self.path

@@ -2,6 +2,9 @@
 a native `POST /v1/messages` body, the content blocks that begin an action, and the stream
 error the `anthropic` SDK raises on.
 
+- **Requests**: a `POST …/messages` (the body's `stream` asks for a stream), or Messages on
+  Vertex AI, `POST …/publishers/anthropic/models/{model}:streamRawPredict` (a stream) or
+  `:rawPredict` (a whole answer; the `count-tokens` model is no Messages request).
 - **Tools**: `{name, description, input_schema}` (with no `type`, or `type: "custom"`);
   server tools (`web_search_20250305`, …) are the provider's, and their blocks are provider
   output, never calls.
@@ -26,11 +29,12 @@ error the `anthropic` SDK raises on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import Refusal, declared_tools
+from ...gateway import ProtocolTarget, Refusal, declared_tools, suffix_target
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json, malformed
@@ -44,13 +48,55 @@ _NOT_ACTIONS = frozenset({"text", "thinking", "redacted_thinking"})
 # (the SDK skips it, a naive client might not), an event added to the API later.
 _PREVIEW = frozenset({"message_start", "content_block_delta", "content_block_stop", "ping"})
 KEEPALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
+# Messages on Vertex AI (Claude Code with CLAUDE_CODE_USE_VERTEX, the SDK's AnthropicVertex):
+# `…/publishers/anthropic/models/{model}:streamRawPredict` streams, `:rawPredict` does not.
+_VERTEX = re.compile(
+    r"/publishers/anthropic/models/(?P<model>[^/:]+):(?P<specifier>streamRawPredict|rawPredict)$"
+)
+# The proxy's own errors in Anthropic's shape: the error type by status.
+_PROXY_ERRORS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+_STREAMED = ProtocolTarget(stream=True)
+_WHOLE = ProtocolTarget(stream=False)
 
 
 class AnthropicGateway:
     """The Anthropic Messages gateway."""
 
-    def wants_stream(self, request: Mapping[str, Any]) -> bool:
+    path_endings = ("/messages", ":streamRawPredict", ":rawPredict")
+
+    def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
+        found = suffix_target(method, path, ("/messages",))
+        if found is not None or method.upper() != "POST":
+            return found
+        vertex = _VERTEX.search(path.rstrip("/"))
+        if vertex is None or vertex.group("model") == "count-tokens":
+            return None  # not a Messages request (Vertex's token count is one too)
+        return _STREAMED if vertex.group("specifier") == "streamRawPredict" else _WHOLE
+
+    def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
+        if target.stream is not None:
+            return target.stream  # Vertex AI: the path says it
         return request.get("stream") is True
+
+    key_header = "x-api-key"
+
+    def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+        # Every Anthropic SDK request carries `anthropic-version`; its paths have `messages`.
+        return "anthropic-version" in headers or "messages" in path.split("/")
+
+    def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        kind = _PROXY_ERRORS.get(status, "invalid_request_error" if status < 500 else "api_error")
+        return compact_json({"type": "error", "error": {"type": kind, "message": message}}).encode(
+            "utf-8", "backslashreplace"
+        )
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False

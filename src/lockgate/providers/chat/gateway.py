@@ -29,10 +29,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import Refusal, declared_tools
+from ...gateway import ProtocolTarget, Refusal, declared_tools, suffix_target
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
+from ..openai.errors import openai_error_body
 from .decoder import ChatDecoder
 
 __all__ = ["GATEWAY", "ChatGateway"]
@@ -62,8 +63,21 @@ def _choices(payload: object) -> list[dict[str, Any]]:
 class ChatGateway:
     """The OpenAI Chat Completions gateway."""
 
-    def wants_stream(self, request: Mapping[str, Any]) -> bool:
+    path_endings = ("/chat/completions",)
+
+    def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
+        return suffix_target(method, path, self.path_endings)
+
+    def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
         return request.get("stream") is True
+
+    key_header = "authorization"
+
+    def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+        return True  # OpenAI's form is the default for what no other protocol claims
+
+    def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return openai_error_body(status, message, param)
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False

@@ -18,6 +18,7 @@ from .errors import classify_gemini_failure
 from .options import GeminiOptions
 
 if TYPE_CHECKING:
+    from ...gateway import Gateway
     from ...scripted.renderer import Renderer
     from ...scripted.scenario import Scenario
     from ...transport import Transport, TransportOptions
@@ -35,6 +36,12 @@ def _transport(options: TransportOptions) -> Transport:
     from .transport import GeminiTransport  # imports httpx2's client: only when needed
 
     return GeminiTransport(options)
+
+
+def _gateway() -> Gateway:
+    from .gateway import GATEWAY
+
+    return GATEWAY
 
 
 def _render() -> Renderer:
@@ -70,4 +77,5 @@ PROVIDER = Provider(
     options=GeminiOptions,
     unplayable=_unplayable,
     key_fallbacks=KEY_VARIABLES[1:],
+    gateway=_gateway,
 )

@@ -491,6 +491,7 @@ class GeminiRenderer:
 
     provider = "gemini"
     path = PATH  # the lab model's stream path (the model is part of the path)
+    stream_query = "alt=sse"  # a stream is asked by the path and this query
 
     def answers(self, path: str) -> bool:
         """`/v1beta/models/{any model}:streamGenerateContent` or `:generateContent` (and

@@ -51,3 +51,29 @@ def classify_openai_failure(
     return classify_opening_failure(
         status, details, headers, now=time.time() if now is None else now
     )
+
+
+# The proxy's own errors in OpenAI's shape: (type, code) by status.
+_PROXY_ERRORS = {
+    400: ("invalid_request_error", "invalid_request_error"),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "forbidden"),
+    408: ("invalid_request_error", "request_timeout"),
+    413: ("invalid_request_error", "request_too_large"),
+    426: ("invalid_request_error", "upgrade_required"),
+    502: ("server_error", "bad_gateway"),
+    503: ("server_error", "overloaded"),
+    504: ("server_error", "gateway_timeout"),
+}
+
+
+def openai_error_body(status: int, message: str, param: str | None = None) -> bytes:
+    """An error of the proxy's own as OpenAI's SDKs read it: `{"error": {"message",
+    "type", "param", "code"}}`."""
+    import json
+
+    kind, code = _PROXY_ERRORS.get(
+        status, ("invalid_request_error" if status < 500 else "server_error", "proxy_error")
+    )
+    error = {"message": message, "type": kind, "param": param, "code": code}
+    return json.dumps({"error": error}).encode()

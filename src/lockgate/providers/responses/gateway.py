@@ -42,10 +42,11 @@ from typing import Any
 
 from ...conversation import ToolSpec
 from ...events import CALL_CUSTOM
-from ...gateway import Refusal, declared_tool
+from ...gateway import ProtocolTarget, Refusal, declared_tool, suffix_target
 from ...jsonlimits import parse_event
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
+from ..openai.errors import openai_error_body
 from .decoder import CLIENT_BUILTIN_TOOLS, ResponsesDecoder
 
 __all__ = ["GATEWAY", "ResponsesGateway"]
@@ -95,8 +96,21 @@ def _payload(event: ServerSentEvent) -> dict[str, Any] | None:
 class ResponsesGateway:
     """The OpenAI Responses gateway."""
 
-    def wants_stream(self, request: Mapping[str, Any]) -> bool:
+    path_endings = ("/responses",)
+
+    def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
+        return suffix_target(method, path, self.path_endings)
+
+    def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
         return request.get("stream") is True
+
+    key_header = "authorization"
+
+    def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+        return True  # OpenAI's form is the default for what no other protocol claims
+
+    def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return openai_error_body(status, message, param)
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False

@@ -1,0 +1,267 @@
+"""The Gemini side of the gating engine (`lockgate.proxy`): the Gemini API's and Vertex AI's
+`generateContent` requests, their function declarations, the chunks that begin an action,
+and the error google-genai and Gemini CLI raise on.
+
+- **Requests**: `POST …/models/{model}:streamGenerateContent?alt=sse` (a stream) and
+  `POST …/models/{model}:generateContent` (a whole answer), on the Gemini API
+  (`/v1beta/models/…`) and Vertex AI (`/v1/projects/{p}/locations/{l}/publishers/google/
+  models/{m}:…`). A `streamGenerateContent` without `alt=sse` answers one JSON array, which
+  the engine does not read: it is refused (400) before anything is sent.
+- **Tools**: every `functionDeclarations` entry of the request's `tools`: its name and its
+  schema, `parametersJsonSchema` (JSON Schema, as it is) or `parameters` (the API's OpenAPI
+  subset: upper-case types and `nullable`, read as the JSON Schema they mean). Other tools
+  (`googleSearch`, `codeExecution`, …) are the provider's.
+- **Held from**: the first chunk that is not text or thought text alone: a `functionCall`,
+  a part the provider executed, any part or field the gateway does not know, and the
+  `finishReason`.
+- **The error**: a chunk `{"error": {"code", "message", "status"}}`: google-genai raises
+  `APIError` on a chunk whose first key is `error` (a `ServerError` for 5xx, a
+  `ClientError` for 4xx). Transient: 503 `UNAVAILABLE`; else 400 `FAILED_PRECONDITION`.
+- **Keep-alives**: a blank line. Gemini's clients read no SSE comment: google-genai and
+  Gemini CLI's `@google/genai` take a `:` line for the start of a JSON error, and the latter
+  never reads past it; both skip blank lines.
+- **A whole response** is the stream of one chunk: itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ...conversation import ToolSpec
+from ...gateway import ProtocolTarget, Refusal, declared_tool
+from ...jsonlimits import parse_event
+from ...sse import ServerSentEvent
+from ..decoding import compact_json
+from .decoder import GeminiDecoder
+
+__all__ = ["GATEWAY", "GeminiGateway", "json_schema"]
+
+KEEPALIVE = b"\n"
+_REQUEST = re.compile(
+    r"/(?:models|tunedModels)/[^/:]+:(?P<method>streamGenerateContent|generateContent)$"
+)
+_STREAMED = ProtocolTarget(stream=True)
+_WHOLE = ProtocolTarget(stream=False)
+_ARRAY = ProtocolTarget(
+    stream=True,
+    problem=(
+        "a streamGenerateContent request without alt=sse is answered as one JSON array, "
+        "which lockgate does not gate; ask for alt=sse (google-genai and Gemini CLI do)"
+    ),
+)
+# The part fields of text alone: forwarded at once. Anything else holds the stream.
+_PREVIEW_PART = frozenset({"text", "thought", "thoughtSignature"})
+# The fields of a chunk that hold no action: forwarded at once.
+_PREVIEW_CHUNK = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId"})
+_PREVIEW_CANDIDATE = frozenset(
+    {"content", "index", "safetyRatings", "citationMetadata", "avgLogprobs"}
+)
+# The proxy's own errors in Google's shape: the status name by HTTP status.
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    413: "INVALID_ARGUMENT",
+    426: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_OPENAPI_TYPES = {
+    "STRING": "string",
+    "NUMBER": "number",
+    "INTEGER": "integer",
+    "BOOLEAN": "boolean",
+    "ARRAY": "array",
+    "OBJECT": "object",
+    "NULL": "null",
+}
+
+
+class GeminiGateway:
+    """The Gemini native gateway."""
+
+    path_endings = (":streamGenerateContent", ":generateContent")
+
+    def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
+        if method.upper() != "POST":
+            return None
+        found = _REQUEST.search(path.rstrip("/"))
+        if found is None:
+            return None
+        if found.group("method") == "generateContent":
+            return _WHOLE
+        return _STREAMED if query.get("alt", "").lower() == "sse" else _ARRAY
+
+    def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
+        return target.stream is True  # the path says it: the body has no `stream`
+
+    key_header = "x-goog-api-key"
+
+    def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+        # google-genai and Gemini CLI send `x-goog-api-key` (or `key=`) and `x-goog-api-client`.
+        return any(name in headers for name in ("x-goog-api-key", "x-goog-api-client")) or (
+            "key" in query
+        )
+
+    def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return _frame_data(
+            {
+                "error": {
+                    "code": status,
+                    "message": message,
+                    "status": _STATUS.get(status, "UNKNOWN"),
+                }
+            }
+        )
+
+    def tools(
+        self, request: Mapping[str, Any], *, validate_schemas: bool = False
+    ) -> tuple[ToolSpec, ...]:
+        found: list[ToolSpec] = []
+        for declaration in _declarations(request):
+            schema = _field(declaration, "parametersJsonSchema", "parameters_json_schema")
+            if schema is None:
+                openapi = declaration.get("parameters")
+                schema = None if openapi is None else json_schema(openapi)
+            spec = declared_tool(
+                declaration.get("name"),
+                declaration.get("description"),
+                schema,
+                validate_schemas=validate_schemas,
+            )
+            if spec is not None:
+                found.append(spec)
+        return tuple(found)
+
+    def new_decoder(self) -> GeminiDecoder:
+        return GeminiDecoder()
+
+    def begins_hold(self, event: ServerSentEvent) -> bool:
+        payload = _payload(event)
+        if payload is None or not set(payload) <= _PREVIEW_CHUNK:
+            return True
+        candidates = payload.get("candidates")
+        if candidates is None:
+            return False
+        if type(candidates) is not list:
+            return True
+        for candidate in candidates:
+            if type(candidate) is not dict or not set(candidate) <= _PREVIEW_CANDIDATE:
+                return True  # a finishReason, and whatever the gateway does not know
+            content = candidate.get("content")
+            if content is None:
+                continue
+            parts = content.get("parts") if type(content) is dict else None
+            if type(parts) is not list:
+                return True
+            if any(type(part) is not dict or not set(part) <= _PREVIEW_PART for part in parts):
+                return True
+        return False
+
+    def unreadable_action(self, event: ServerSentEvent) -> str | None:
+        return None  # a part the decoder cannot replay fails in the decoder
+
+    def is_finish(self, event: ServerSentEvent) -> bool:
+        payload = _payload(event)
+        candidates = payload.get("candidates") if payload is not None else None
+        if type(candidates) is not list:
+            return payload is None
+        return any(
+            type(candidate) is not dict or candidate.get("finishReason") is not None
+            for candidate in candidates
+        )
+
+    def whole_stream(self, response: Mapping[str, Any]) -> bytes:
+        return _frame(response)
+
+    def error_body(self, refusal: Refusal) -> bytes:
+        return _frame_data(_error(refusal))
+
+    def skipped(self, event: ServerSentEvent) -> bool:
+        return False
+
+    def is_keepalive(self, event: ServerSentEvent) -> bool:
+        return False
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE
+
+    def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
+        return _frame(_error(refusal))
+
+
+def _payload(event: ServerSentEvent) -> dict[str, Any] | None:
+    try:
+        payload = parse_event(event.data)
+    except ValueError:
+        return None
+    return payload if type(payload) is dict else None
+
+
+def _field(mapping: Mapping[str, Any], *names: str) -> Any:
+    """The first of `names` (the API's lowerCamelCase, or its snake_case) that is given."""
+    for name in names:
+        if mapping.get(name) is not None:
+            return mapping[name]
+    return None
+
+
+def _declarations(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    tools = request.get("tools")
+    if not isinstance(tools, list):
+        return []
+    found: list[dict[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        declared = _field(tool, "functionDeclarations", "function_declarations")
+        if isinstance(declared, list):
+            found.extend(entry for entry in declared if isinstance(entry, dict))
+    return found
+
+
+def json_schema(openapi: object, depth: int = 0) -> object:
+    """The JSON Schema an OpenAPI-subset schema of the Gemini API means: its upper-case
+    types lower-cased, `nullable: true` as a `null` type beside the other; every other
+    keyword as it is (nested schemas converted alike)."""
+    if depth > 64 or not isinstance(openapi, dict):
+        return openapi
+    converted: dict[str, Any] = {}
+    for key, value in openapi.items():
+        if key == "type" and isinstance(value, str):
+            converted[key] = _OPENAPI_TYPES.get(value.upper(), value)
+        elif key == "nullable":
+            continue
+        elif key == "properties" and isinstance(value, dict):
+            converted[key] = {name: json_schema(sub, depth + 1) for name, sub in value.items()}
+        elif key == "items":
+            converted[key] = json_schema(value, depth + 1)
+        elif key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
+            converted[key] = [json_schema(sub, depth + 1) for sub in value]
+        else:
+            converted[key] = value
+    if openapi.get("nullable") is True and isinstance(converted.get("type"), str):
+        converted["type"] = [converted["type"], "null"]
+    return converted
+
+
+def _error(refusal: Refusal) -> dict[str, Any]:
+    code, status = (503, "UNAVAILABLE") if refusal.transient else (400, "FAILED_PRECONDITION")
+    return {"error": {"code": code, "message": refusal.message, "status": status}}
+
+
+def _frame_data(payload: Mapping[str, Any]) -> bytes:
+    return compact_json(dict(payload)).encode("utf-8", "backslashreplace")
+
+
+def _frame(payload: Mapping[str, Any]) -> bytes:
+    return b"data: " + _frame_data(payload) + b"\n\n"
+
+
+GATEWAY = GeminiGateway()
