@@ -511,8 +511,10 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--validate-schemas",
-        action="store_true",
-        help="also check every call's arguments against its tool's schema",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check every call's arguments against its tool's schema (the default; "
+        "--no-validate-schemas: only that they are a JSON object)",
     )
     proxy.add_argument(
         "--api-key-env",

@@ -65,7 +65,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -75,6 +75,7 @@ from ..client import (
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     READ_SLICE_BYTES,
 )
+from ..conversation import ToolSpec
 from ..errors import FailureKind, ResponseFailure
 from ..events import (
     NativeOutput,
@@ -436,10 +437,16 @@ class GatingStream:
         redact: Callable[[str], str] | None = None,
         started_at: float | None = None,
         budget: HeldBudget | None = None,
+        tools: Sequence[ToolSpec] | None = None,
     ) -> None:
         self.gateway: Gateway = _gateway(entry)
         self.options = options or GatingOptions()
-        self.tools = self.gateway.tools(request, validate_schemas=self.options.validate_schemas)
+        # The request's tools (`tools`: already read from it by the caller).
+        self.tools = (
+            tuple(tools)
+            if tools is not None
+            else self.gateway.tools(request, validate_schemas=self.options.validate_schemas)
+        )
         self.outcome: Outcome | None = None
         self._upstream = upstream
         self._observer = observer
@@ -666,6 +673,7 @@ def judge_whole(
     status: int = 200,
     observer: Observer = ignore_event,
     redact: Callable[[str], str] | None = None,
+    tools: Sequence[ToolSpec] | None = None,
 ) -> WholeVerdict:
     """Judge a whole JSON response (the answer to a request without `stream`) by the rules
     a stream is judged by: the gateway writes the stream the response is the snapshot of
@@ -675,7 +683,8 @@ def judge_whole(
     tool calls lockgate withheld and why."""
     gateway = _gateway(entry)
     options = options or GatingOptions()
-    tools = gateway.tools(request, validate_schemas=options.validate_schemas)
+    if tools is None:
+        tools = gateway.tools(request, validate_schemas=options.validate_schemas)
     gate = ResponseGate(tools, observer, options.limits)
     judge = _Judge(gateway, gate, options.max_event_bytes, lambda: 0.0, math.inf)
     try:

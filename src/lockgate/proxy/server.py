@@ -65,6 +65,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import errno
+import functools
 import hmac
 import ipaddress
 import logging
@@ -74,7 +75,7 @@ import re
 import stat
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -88,6 +89,7 @@ from yarl import URL
 
 from ..cassette.format import Verdict
 from ..cassette.recorder import CassetteRecorder, Exchange
+from ..conversation import ToolSpec
 from ..credentials import Redactor, api_key_problem
 from ..gate import GateLimits
 from ..gateway import HOP_BY_HOP, Gateway, ProtocolTarget, Refusal
@@ -148,6 +150,7 @@ MAX_REQUEST_DEPTH = 256  # JSON nesting of a protocol request body
 MAX_REQUEST_VALUES = 1_000_000  # JSON values (keys counted) of a protocol request body
 PARSE_INLINE_BYTES = 256 * 1024  # a request body this large is parsed off the event loop
 READ_MARGIN_SECONDS = 1.0  # the socket's read timeout is this much beyond the engine's own
+MAX_SCHEMA_NOTES = 1000  # the unusable schemas said once each (then no more notes)
 OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the event loop
 ACCEPT_WARNING_SECONDS = 10.0  # at most one line this often about connections not accepted
 MAX_SECRET_FILE_BYTES = 64 * 1024
@@ -385,6 +388,7 @@ class _Proxy:
         self.warn = warn or _log.warning
         self.redact = Redactor([s for s in (config.api_key, config.client_token) if s])
         self.held = HeldBudget(config.max_held_bytes)  # shared by every gated stream
+        self.unusable_schemas: set[tuple[str, str]] = set()  # (tool, problem) said once
         # What reaches a client is redacted of the held key (the client knows its token).
         self.client_redactor = Redactor([config.api_key]) if config.api_key else None
         self.allowed_hosts = frozenset(_host_key(name) for name in config.allow_hosts)
@@ -648,7 +652,11 @@ class _Proxy:
             scheme, _, value = bearer.partition(" ")
             if scheme.lower() == "bearer":
                 offered.append(value.strip())
-            offered.append(request.headers.get("x-api-key"))
+            # An SDK pointed at the proxy is given the token as its key, wherever its
+            # protocol puts a key: Anthropic's header, Azure's, Google's header or query.
+            for name in ("x-api-key", "api-key", "x-goog-api-key"):
+                offered.append(request.headers.get(name))
+            offered.append(request.rel_url.query.get("key"))
         return any(
             candidate is not None
             and hmac.compare_digest(candidate.encode("utf-8", "surrogateescape"), self.token)
@@ -730,6 +738,23 @@ class _Proxy:
             headers["www-authenticate"] = 'Bearer realm="lockgate"'
         body = _error_body(entry, request, f"lockgate proxy: {message}", status, param)
         return web.Response(status=status, body=body, headers=headers)
+
+    def _declared_tools(self, gateway: Gateway, request: Mapping[str, Any]) -> tuple[ToolSpec, ...]:
+        """The tools a request declares; a schema the gate cannot use is said once per tool
+        and problem (its calls are then checked as a JSON object only)."""
+        tools = gateway.tools(request, validate_schemas=self.config.gating.validate_schemas)
+        for tool in tools:
+            problem = getattr(tool, "schema_problem", None)
+            if problem is None or (tool.name, problem) in self.unusable_schemas:
+                continue
+            if len(self.unusable_schemas) < MAX_SCHEMA_NOTES:
+                self.unusable_schemas.add((tool.name, problem))
+                self.warn(
+                    f"lockgate proxy: the schema of tool {_quoted(tool.name, 80)} is not one "
+                    f"the gate can validate with ({problem}); its calls are checked as a "
+                    "JSON object only"
+                )
+        return tools
 
     def _upstream_headers(self, request: web.Request, key_header: str) -> CIMultiDict[str]:
         named = {
@@ -872,9 +897,15 @@ class _Proxy:
                     "the request is not a JSON object, so its answer cannot be judged",
                 )
             assert target is not None  # routed: a protocol request has its target
+            try:
+                tools = self._declared_tools(gateway, parsed)
+            except Exception as exc:  # a request whose tools cannot be read
+                return self._unjudged(
+                    note, gateway, "internal_error", f"the request's tools ({describe(exc)})"
+                )
             if gates(gateway, parsed, status, target):
-                return await self._gate(request, entry, parsed, upstream, headers, note)
-            return await self._whole(entry, gateway, parsed, upstream, headers, note)
+                return await self._gate(request, entry, parsed, tools, upstream, headers, note)
+            return await self._whole(entry, gateway, parsed, tools, upstream, headers, note)
         finally:
             _finish(upstream)
             if note.exchange is not None:
@@ -968,25 +999,22 @@ class _Proxy:
         request: web.Request,
         entry: Provider,
         parsed: Mapping[str, Any],
+        tools: Sequence[ToolSpec],
         upstream: aiohttp.ClientResponse,
         headers: dict[str, str],
         note: _Note,
     ) -> web.StreamResponse:
-        try:
-            stream = GatingStream(
-                entry,
-                parsed,
-                # Redacted before it is judged: the client reads what the gate judged.
-                _Body(upstream, note.exchange, self.client_redactor),
-                self.config.gating,
-                redact=self.redact,
-                started_at=note.started,
-                budget=self.held,
-            )
-        except Exception as exc:  # a request whose tools cannot be read
-            return self._unjudged(
-                note, _gateway(entry), "internal_error", f"the request's tools ({describe(exc)})"
-            )
+        stream = GatingStream(
+            entry,
+            parsed,
+            # Redacted before it is judged: the client reads what the gate judged.
+            _Body(upstream, note.exchange, self.client_redactor),
+            self.config.gating,
+            redact=self.redact,
+            started_at=note.started,
+            budget=self.held,
+            tools=tools,
+        )
         response = web.StreamResponse(status=note.status, headers=headers)
         await response.prepare(request)
         pieces = aiter(stream)
@@ -1015,6 +1043,7 @@ class _Proxy:
         entry: Provider,
         gateway: Gateway,
         parsed: Mapping[str, Any],
+        tools: Sequence[ToolSpec],
         upstream: aiohttp.ClientResponse,
         headers: dict[str, str],
         note: _Note,
@@ -1041,11 +1070,20 @@ class _Proxy:
             body = self.client_redactor.redact_bytes(body)
         if len(body) > OFFLOAD_BYTES:
             verdict = await asyncio.to_thread(
-                judge_whole, entry, parsed, body, options, status=note.status, redact=self.redact
+                functools.partial(
+                    judge_whole,
+                    entry,
+                    parsed,
+                    body,
+                    options,
+                    status=note.status,
+                    redact=self.redact,
+                    tools=tools,
+                )
             )
         else:
             verdict = judge_whole(
-                entry, parsed, body, options, status=note.status, redact=self.redact
+                entry, parsed, body, options, status=note.status, redact=self.redact, tools=tools
             )
         _note_outcome(note, verdict.outcome)
         note.status = verdict.status
@@ -1136,11 +1174,6 @@ def _upgrades(request: web.Request) -> bool:
         for value in request.headers.getall("upgrade", [])
         for part in value.split(",")
     )
-
-
-def _gateway(entry: Provider) -> Gateway:
-    assert entry.gateway is not None
-    return entry.gateway()
 
 
 def _note_outcome(note: _Note, outcome: Accepted | Refused | None) -> None:
@@ -1351,9 +1384,11 @@ def _whole_variable(env: Mapping[str, str], name: str, default: int) -> int:
     return int(text)
 
 
-def _flag_variable(env: Mapping[str, str], name: str) -> bool:
+def _flag_variable(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     text = (env.get(name) or "").strip().lower()
-    if text in ("", "0", "false", "no"):
+    if not text:
+        return default
+    if text in ("0", "false", "no"):
         return False
     if text in ("1", "true", "yes"):
         return True
@@ -1457,7 +1492,7 @@ def _environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]
         keepalive_interval=_float_variable(
             env, "LOCKGATE_KEEPALIVE", DEFAULT_KEEPALIVE_SECONDS, positive=True
         ),
-        validate_schemas=_flag_variable(env, "LOCKGATE_VALIDATE_SCHEMAS"),
+        validate_schemas=_flag_variable(env, "LOCKGATE_VALIDATE_SCHEMAS", default=True),
         hold=hold,
     )
     hosts = tuple(
@@ -1501,7 +1536,7 @@ def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyCo
     `$CREDENTIALS_DIRECTORY` or `/run/secrets`) or from a variable whose name is given
     (`LOCKGATE_API_KEY_ENV`, `LOCKGATE_CLIENT_TOKEN_ENV`); `LOCKGATE_HOLD`,
     `LOCKGATE_IDLE_TIMEOUT`, `LOCKGATE_DEADLINE`, `LOCKGATE_KEEPALIVE`,
-    `LOCKGATE_VALIDATE_SCHEMAS` (`1`), `LOCKGATE_MAX_STREAMS`, `LOCKGATE_GRACE`,
+    `LOCKGATE_VALIDATE_SCHEMAS` (`0` turns it off), `LOCKGATE_MAX_STREAMS`, `LOCKGATE_GRACE`,
     `LOCKGATE_HEAD_TIMEOUT`, `LOCKGATE_ALLOW_HOSTS` (names, comma- or space-separated),
     `LOCKGATE_KEY_ON_ANY_PATH` (`1`), and one variable per gate bound
     (`LOCKGATE_MAX_CALLS`, `LOCKGATE_MAX_ARGUMENT_CHARS`, `LOCKGATE_MAX_TEXT_CHARS`,
