@@ -102,6 +102,20 @@ class Gateway(Protocol):
         body)."""
         ...
 
+    def request_problem(self, request: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        """Why the gate cannot judge the answer to this request (refused with 400 before it
+        is sent), and the request field at fault; None: it can (Chat's `n` > 1 asks for
+        several choices, of which the gate judges one)."""
+        ...
+
+    def with_model(
+        self, path: str, request: Mapping[str, Any], model: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The path and body of the same request to another model (a fall-back upstream
+        that names one): the body's `model`, or the path's for a protocol that names the
+        model there."""
+        ...
+
     @property
     def key_header(self) -> str:
         """The header this protocol's requests carry their key in: `authorization` (as

@@ -229,10 +229,13 @@ class _Judge:
         "gateway",
         "held",
         "held_bytes",
+        "held_from",
         "holding",
         "last",
         "max_held",
         "out",
+        "preamble",
+        "sent_content",
         "terminal_only",
     )
 
@@ -246,6 +249,7 @@ class _Judge:
         hold: Hold = "tools",
         max_held: int = 0,
         budget: HeldBudget | None = None,
+        hold_preamble: bool = False,
     ) -> None:
         self.gateway = gateway
         self.terminal_only = hold == "terminal"
@@ -264,6 +268,11 @@ class _Judge:
         self.out: list[bytes] = []  # to send now
         self.calls = 0  # tool calls that began
         self.last: ServerSentEvent | None = None  # the last event forwarded
+        # The events before the first content (the start, progress), held while a failure
+        # could still be retried unseen (`hold_preamble`); None: forwarded as they come.
+        self.preamble: list[bytes] | None = [] if hold_preamble else None
+        self.sent_content = False  # an event (not a keep-alive) was given to send
+        self.held_from: float | None = None  # when holding began
 
     def drain(self) -> bytes:
         out = self.out
@@ -304,7 +313,7 @@ class _Judge:
             raise _ModelRefused(decision)
         # The tail (a comment no blank line ended) is not released: nothing but judged
         # events and keep-alives reaches a client.
-        return b"".join([self.drain(), *self.held])
+        return b"".join([self.drain(), *(self.preamble or ()), *self.held])
 
     def _check_deadline(self) -> None:
         if self.clock() > self.deadline_at:
@@ -346,16 +355,29 @@ class _Judge:
                 else:
                     hold = gateway.begins_hold(event)
             if sent is None:
-                self.holding = self.holding or hold
+                self._start_holding(hold)
             elif not hold:
+                preamble = self.preamble
+                if preamble is not None:
+                    if not gate.content_started:
+                        preamble.append(sent)  # the start: held until content comes
+                        continue
+                    self.out.extend(preamble)
+                    self.preamble = None
                 self.out.append(sent)
+                self.sent_content = True
                 self.last = event
             elif gateway.is_keepalive(event):
                 self.out.append(sent)  # a keep-alive passes, even while holding
-                self.holding = True
+                self._start_holding(True)
             else:
                 self._hold(sent)
-                self.holding = True
+                self._start_holding(True)
+
+    def _start_holding(self, hold: bool) -> None:
+        if hold and not self.holding:
+            self.holding = True
+            self.held_from = self.clock()
 
     def _hold(self, frame: bytes) -> None:
         size = len(frame)
@@ -438,6 +460,7 @@ class GatingStream:
         started_at: float | None = None,
         budget: HeldBudget | None = None,
         tools: Sequence[ToolSpec] | None = None,
+        hold_preamble: bool = False,
     ) -> None:
         self.gateway: Gateway = _gateway(entry)
         self.options = options or GatingOptions()
@@ -453,7 +476,21 @@ class GatingStream:
         self._redact = redact or _unchanged
         self._started_at = started_at
         self._budget = budget
+        self._hold_preamble = hold_preamble
         self._used = False
+        self._judge: _Judge | None = None
+        self.first_read_at: float | None = None  # the upstream's first bytes (loop time)
+
+    @property
+    def sent_content(self) -> bool:
+        """Whether an event (not a keep-alive) was given to send: before that, nothing of
+        the response reached the client, and a retry would go unseen (`hold_preamble`)."""
+        return self._judge is not None and self._judge.sent_content
+
+    @property
+    def held_from(self) -> float | None:
+        """When the stream began to be held (loop time), or None."""
+        return None if self._judge is None else self._judge.held_from
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         if self._used:
@@ -476,7 +513,9 @@ class GatingStream:
             options.hold,
             options.max_held_bytes,
             self._budget,
+            self._hold_preamble,
         )
+        self._judge = judge
         iterator = aiter(self._upstream)
         interval = options.keepalive_interval
         idle = options.idle_timeout
@@ -516,6 +555,8 @@ class GatingStream:
                             read = None
                     if chunk is None:
                         break
+                    if self.first_read_at is None:
+                        self.first_read_at = clock()
                     failure: BaseException | None = None
                     try:
                         judge.take(chunk)

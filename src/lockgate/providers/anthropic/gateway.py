@@ -98,6 +98,18 @@ class AnthropicGateway:
             "utf-8", "backslashreplace"
         )
 
+    def request_problem(self, request: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        return None
+
+    def with_model(
+        self, path: str, request: Mapping[str, Any], model: str
+    ) -> tuple[str, dict[str, Any]]:
+        vertex = _VERTEX.search(path.rstrip("/"))
+        if vertex is None:
+            return path, {**request, "model": model}
+        start, end = vertex.span("model")  # Vertex AI names the model in the path
+        return path[:start] + model + path[end:], dict(request)
+
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:

@@ -79,6 +79,21 @@ class ChatGateway:
     def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
         return openai_error_body(status, message, param)
 
+    def request_problem(self, request: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        count = request.get("n")
+        if isinstance(count, int | float) and not isinstance(count, bool) and count > 1:
+            return (
+                f"n = {count:g} asks for {count:g} choices; the gate judges one choice per "
+                "response: send n = 1 or leave n out",
+                "n",
+            )
+        return None
+
+    def with_model(
+        self, path: str, request: Mapping[str, Any], model: str
+    ) -> tuple[str, dict[str, Any]]:
+        return path, {**request, "model": model}
+
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:

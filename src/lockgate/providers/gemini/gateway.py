@@ -40,7 +40,7 @@ __all__ = ["GATEWAY", "GeminiGateway", "json_schema"]
 
 KEEPALIVE = b"\n"
 _REQUEST = re.compile(
-    r"/(?:models|tunedModels)/[^/:]+:(?P<method>streamGenerateContent|generateContent)$"
+    r"/(?:models|tunedModels)/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)$"
 )
 _STREAMED = ProtocolTarget(stream=True)
 _WHOLE = ProtocolTarget(stream=False)
@@ -119,6 +119,18 @@ class GeminiGateway:
                 }
             }
         )
+
+    def request_problem(self, request: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        return None
+
+    def with_model(
+        self, path: str, request: Mapping[str, Any], model: str
+    ) -> tuple[str, dict[str, Any]]:
+        found = _REQUEST.search(path.rstrip("/"))
+        if found is None:
+            return path, dict(request)
+        start, end = found.span("model")  # the path names the model
+        return path[:start] + model + path[end:], dict(request)
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False

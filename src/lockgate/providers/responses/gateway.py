@@ -112,6 +112,14 @@ class ResponsesGateway:
     def client_error_body(self, status: int, message: str, param: str | None = None) -> bytes:
         return openai_error_body(status, message, param)
 
+    def request_problem(self, request: Mapping[str, Any]) -> tuple[str, str | None] | None:
+        return None
+
+    def with_model(
+        self, path: str, request: Mapping[str, Any], model: str
+    ) -> tuple[str, dict[str, Any]]:
+        return path, {**request, "model": model}
+
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:

@@ -1,0 +1,695 @@
+"""`lockgate proxy --config FILE`: one proxy process for several providers.
+
+The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own). Every key is
+known, every value checked; an error is one line naming the file, the line and the key:
+`proxy.yaml:12: routes[1].key.header: must be one of authorization, x-api-key, api-key,
+x-goog-api-key`. `load_settings` reads it; `settings_from_flags` makes the same settings
+from the one-route flags (`--upstream URL` and the rest: the shorthand); `describe` says
+what a config means, one line per fact, without a secret (`--check`).
+
+```yaml
+listen: {host: 127.0.0.1, port: 8787}
+client_token: {env: LOCKGATE_CLIENT_TOKEN}   # or {file: /run/secrets/token}
+routes:
+  - name: anthropic                # the route's name: in logs and metrics
+    prefix: /anthropic             # stripped before forwarding ("" or absent: every path)
+    upstream: https://api.anthropic.com
+    key: {env: ANTHROPIC_API_KEY}  # the proxy holds the key; {file: PATH} reads a file
+    retries: {attempts: 2, max_wait: 20}
+    fallbacks:
+      - {upstream: https://backup.example, key: {env: BACKUP_KEY}, model: claude-x}
+```
+
+Routes match by the longest prefix, on a segment boundary (`/anthropic` matches
+`/anthropic/v1/messages`, not `/anthropicx`); a request no route matches is answered 404.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from ..credentials import api_key_problem
+from ..files import FileProblem, read_regular
+from ..gate import GateLimits
+from .access import host_name_problem
+from .engine import HOLDS, GatingOptions, Hold
+
+__all__ = [
+    "DEFAULT_HEAD_TIMEOUT",
+    "DEFAULT_MAX_HELD_BYTES",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_MAX_STREAMS",
+    "KEY_HEADERS",
+    "ConfigError",
+    "KeyHeader",
+    "ProxyConfig",
+    "ProxySettings",
+    "RouteRetries",
+    "RouteSettings",
+    "SecretSource",
+    "UpstreamSettings",
+    "describe",
+    "load_settings",
+    "settings_from_text",
+    "upstream_problem",
+]
+
+# How a held key is sent upstream: `auto` is the protocol's own header (Anthropic's
+# `x-api-key`, Gemini's `x-goog-api-key`, else `Authorization: Bearer`).
+KeyHeader = Literal["auto", "authorization", "x-api-key", "api-key", "x-goog-api-key"]
+KEY_HEADERS: tuple[KeyHeader, ...] = (
+    "auto",
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+)
+DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_STREAMS = 256
+DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measured (15 s)
+# The bytes every gated stream of the process may hold at once (each stream: at most
+# `GatingOptions.max_held_bytes`, 64 MiB): beyond, the stream that would go over is refused
+# (transient) and the others go on.
+DEFAULT_MAX_HELD_BYTES = 256 * 1024 * 1024
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_SECRET_FILE_BYTES = 64 * 1024
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PREFIX = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+")
+
+
+class ConfigError(Exception):
+    """A config that cannot be used: one line (file, line, key, what is wrong)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretSource:
+    """Where a secret comes from: an environment variable, a file (its first line), or a
+    program that holds it (`value`: the one-route flags, a library caller). It is read once,
+    when the proxy starts (`read`)."""
+
+    env: str | None = None
+    file: Path | None = None
+    value: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if sum(given is not None for given in (self.env, self.file, self.value)) != 1:
+            raise ValueError("a secret comes from exactly one of env, file and value")
+
+    def describe(self) -> str:
+        if self.env is not None:
+            return f"env {self.env}"
+        return f"file {self.file}" if self.file is not None else "the command line"
+
+    def read(self, environ: Mapping[str, str] | None = None) -> str:
+        """The secret, checked as a key is (ConfigError, never quoting it)."""
+        if self.value is not None:
+            value = self.value
+        elif self.env is not None:
+            value = (os.environ if environ is None else environ).get(self.env, "")
+            if not value:
+                raise ConfigError(f"{self.env} is not set")
+        else:
+            assert self.file is not None
+            value = _read_secret_file(self.file)
+        problem = api_key_problem(value)
+        if problem is not None:
+            raise ConfigError(f"the secret from {self.describe()}: {problem}")
+        return value
+
+
+def _read_secret_file(path: Path) -> str:
+    try:
+        data = read_regular(path, MAX_SECRET_FILE_BYTES)
+    except FileProblem as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8") from None
+    lines = text.splitlines()
+    return lines[0] if lines else ""
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    """One upstream of a route: its base URL (a request's path and query are appended), the
+    key the proxy holds for it (None: the client's own credentials pass) and how it is sent,
+    and a model name that replaces the request's (a fall-back to another deployment)."""
+
+    url: str
+    key: SecretSource | None = None
+    key_header: KeyHeader = "auto"
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRetries:
+    """What a route retries: a response refused for a transient reason (429, 5xx or a reset
+    at opening; a reset, cut or silence; a transient provider error) while nothing of it has
+    reached the client, up to `attempts` more times (each fall-back upstream counts one),
+    waiting the server's `retry-after` up to `max_wait` seconds (longer: not retried, and the
+    client is told not to retry either)."""
+
+    attempts: int = 0
+    max_wait: float = 60.0  # the retry owner's own bound (`retry.RetryPolicy.max_delay`)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSettings:
+    """One route: its name (logs and metrics), the path prefix it serves (stripped before
+    forwarding), its upstream and fall-backs, how its responses are gated, its retries."""
+
+    name: str
+    prefix: str
+    upstream: UpstreamSettings
+    gating: GatingOptions = field(default_factory=GatingOptions)
+    retries: RouteRetries = field(default_factory=RouteRetries)
+    fallbacks: tuple[UpstreamSettings, ...] = ()
+
+    def strip(self, path: str) -> str | None:
+        """The path to forward (the prefix removed), or None when the route does not serve
+        `path`."""
+        if not self.prefix:
+            return path
+        if path == self.prefix:
+            return "/"
+        if path.startswith(self.prefix + "/"):
+            return path[len(self.prefix) :]
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProxySettings:
+    """One proxy process: where it listens, who may use it, its routes and bounds."""
+
+    routes: tuple[RouteSettings, ...]
+    host: str = "127.0.0.1"
+    port: int = 0
+    allow_remote: bool = False
+    client_token: SecretSource | None = None
+    allow_hosts: tuple[str, ...] = ()
+    key_on_any_path: bool = False
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
+    grace_seconds: float = 10.0
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    metrics: bool = True
+    # Recording (`--record DIR`): every protocol exchange becomes a cassette in `record`,
+    # the keys, the client token, the clients' credentials and each `redact` value redacted.
+    record: Path | None = None
+    redact: tuple[str, ...] = field(default=(), repr=False)
+    source: Path | None = None  # the config file, if any
+
+    def __post_init__(self) -> None:
+        if not self.routes:
+            raise ValueError("routes: at least one route is needed")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port must be between 0 and 65535")
+        for name in ("max_streams", "max_request_bytes", "max_held_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if not (math.isfinite(self.grace_seconds) and self.grace_seconds >= 0):
+            raise ValueError("grace_seconds must be a non-negative number of seconds")
+        if not (math.isfinite(self.head_timeout) and self.head_timeout > 0):
+            raise ValueError("head_timeout must be a positive number of seconds")
+        for name in self.allow_hosts:
+            if (problem := host_name_problem(name)) is not None:
+                raise ValueError(f"allow_hosts: {problem}")
+
+    def route(self, path: str) -> tuple[RouteSettings, str] | None:
+        """The route serving `path` (the longest prefix) and the path to forward."""
+        best: tuple[RouteSettings, str] | None = None
+        for candidate in self.routes:
+            stripped = candidate.strip(path)
+            if stripped is not None and (
+                best is None or len(candidate.prefix) > len(best[0].prefix)
+            ):
+                best = (candidate, stripped)
+        return best
+
+    @property
+    def holds_keys(self) -> bool:
+        return any(
+            upstream.key is not None
+            for route in self.routes
+            for upstream in (route.upstream, *route.fallbacks)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """One proxy in front of one upstream: the one-route shorthand of `ProxySettings` (the
+    command line's flags, `LOCKGATE_*` under gunicorn, a library caller). The upstream
+    (`https://api.openai.com`; a request's plain path and query are appended), where it
+    listens, how streams are judged, the key it holds (it replaces the client's credentials
+    upstream) and where it may go, the token every client must show, the host names clients
+    may reach it by besides IP literals and `localhost`, and its bounds."""
+
+    upstream: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    gating: GatingOptions = field(default_factory=GatingOptions)
+    api_key: str | None = field(default=None, repr=False)
+    client_token: str | None = field(default=None, repr=False)
+    max_streams: int = DEFAULT_MAX_STREAMS
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    grace_seconds: float = 10.0
+    record: Path | None = None
+    redact: tuple[str, ...] = field(default=(), repr=False)
+    allow_hosts: tuple[str, ...] = ()
+    key_on_any_path: bool = False
+    head_timeout: float = DEFAULT_HEAD_TIMEOUT
+    max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
+    retries: RouteRetries = field(default_factory=RouteRetries)
+    metrics: bool = True
+
+    def __post_init__(self) -> None:
+        problem = upstream_problem(self.upstream)
+        if problem is not None:
+            raise ValueError(f"upstream: {problem}")
+        for name, secret in (("api_key", self.api_key), ("client_token", self.client_token)):
+            if secret is not None and (problem := api_key_problem(secret)) is not None:
+                raise ValueError(f"{name}: {problem}")
+        self.settings()  # every other bound, checked where the settings check it
+
+    def settings(self) -> ProxySettings:
+        """The same proxy as `ProxySettings`: one route, named `default`, for every path."""
+        key = SecretSource(value=self.api_key) if self.api_key is not None else None
+        token = SecretSource(value=self.client_token) if self.client_token is not None else None
+        route = RouteSettings(
+            "default", "", UpstreamSettings(self.upstream, key), self.gating, self.retries
+        )
+        return ProxySettings(
+            (route,),
+            self.host,
+            self.port,
+            allow_remote=True,  # the command line checked where it may listen
+            client_token=token,
+            allow_hosts=self.allow_hosts,
+            key_on_any_path=self.key_on_any_path,
+            max_streams=self.max_streams,
+            max_request_bytes=self.max_request_bytes,
+            max_held_bytes=self.max_held_bytes,
+            grace_seconds=self.grace_seconds,
+            head_timeout=self.head_timeout,
+            metrics=self.metrics,
+            record=self.record,
+            redact=self.redact,
+        )
+
+
+# --- reading the file ---------------------------------------------------------------------
+
+
+class _Node:
+    """A YAML value with where it is: its line (1-based) and its key path."""
+
+    __slots__ = ("line", "path", "value")
+
+    def __init__(self, value: object, line: int, path: str) -> None:
+        self.value = value
+        self.line = line
+        self.path = path
+
+
+T = TypeVar("T")
+
+
+class _Reader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, node: _Node, message: str) -> ConfigError:
+        where = f"{node.path}: " if node.path else ""
+        return ConfigError(f"{self.source}:{node.line}: {where}{message}")
+
+    def mapping(self, node: _Node, known: Sequence[str]) -> dict[str, _Node]:
+        if not isinstance(node.value, dict):
+            raise self.error(node, "must be a mapping")
+        entries: dict[str, _Node] = node.value
+        for key, child in entries.items():
+            if key not in known:
+                raise self.error(child, f"unknown key (known: {', '.join(known)})")
+        return entries
+
+    def sequence(self, node: _Node) -> list[_Node]:
+        if not isinstance(node.value, list):
+            raise self.error(node, "must be a list")
+        return list(node.value)
+
+    def string(self, node: _Node) -> str:
+        if not isinstance(node.value, str):
+            raise self.error(node, "must be a string")
+        return node.value
+
+    def boolean(self, node: _Node) -> bool:
+        if not isinstance(node.value, bool):
+            raise self.error(node, "must be true or false")
+        return node.value
+
+    def whole(self, node: _Node, low: int, high: int | None = None) -> int:
+        value = node.value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(node, "must be a whole number")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise self.error(node, f"must be {bound}")
+        return value
+
+    def seconds(self, node: _Node, *, positive: bool = True) -> float:
+        value = node.value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(node, "must be a number of seconds")
+        number = float(value)
+        if not math.isfinite(number) or number < 0 or (positive and number == 0):
+            raise self.error(node, "must be a positive number of seconds")
+        return number
+
+    def check(self, node: _Node, problem: str | None) -> None:
+        if problem is not None:
+            raise self.error(node, problem)
+
+
+def _compose(text: str, source: str) -> _Node:
+    """The document as `_Node`s (mappings keyed by their string keys)."""
+    import yaml
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                line = event.start_mark.line + 1 if event.start_mark else 0
+                raise ConfigError(f"{source}:{line}: anchors and aliases are not allowed")
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 0
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ConfigError(f"{source}:{line}: {problem}") from None
+    if root is None:
+        raise ConfigError(f"{source}:1: the file is empty")
+    constructor = yaml.SafeLoader("")
+
+    def convert(node: yaml.Node, path: str) -> _Node:
+        line = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            entries: dict[str, _Node] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise ConfigError(
+                        f"{source}:{key_node.start_mark.line + 1}: a key must be text"
+                    )
+                key = str(key_node.value)
+                child_path = f"{path}.{key}" if path else key
+                if key in entries:
+                    raise ConfigError(
+                        f"{source}:{key_node.start_mark.line + 1}: {child_path}: given twice"
+                    )
+                entries[key] = convert(value_node, child_path)
+            return _Node(entries, line, path)
+        if isinstance(node, yaml.SequenceNode):
+            return _Node(
+                [convert(item, f"{path}[{index}]") for index, item in enumerate(node.value)],
+                line,
+                path,
+            )
+        try:
+            value = constructor.construct_object(node, deep=True)
+        except yaml.YAMLError:
+            raise ConfigError(f"{source}:{line}: {path}: not a value lockgate reads") from None
+        return _Node(value, line, path)
+
+    return convert(root, "")
+
+
+_TOP = (
+    "listen",
+    "allow_remote",
+    "client_token",
+    "allow_hosts",
+    "key_on_any_path",
+    "max_streams",
+    "max_request_bytes",
+    "max_held_bytes",
+    "grace_seconds",
+    "head_timeout",
+    "metrics",
+    "routes",
+)
+_ROUTE = (
+    "name",
+    "prefix",
+    "upstream",
+    "key",
+    "model",
+    "hold",
+    "validate_schemas",
+    "idle_timeout",
+    "deadline",
+    "keepalive",
+    "max_held_bytes",
+    "limits",
+    "retries",
+    "fallbacks",
+)
+_LIMITS = tuple(GateLimits.__dataclass_fields__)
+_KEY = ("env", "file", "header")
+_FALLBACK = ("upstream", "key", "model")
+
+
+def load_settings(path: Path) -> ProxySettings:
+    """The settings a config file describes (ConfigError: one line)."""
+    source = str(path)
+    try:
+        data = read_regular(path, MAX_CONFIG_BYTES)
+    except FileProblem as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{source}:{line}: not UTF-8") from None
+    return settings_from_text(text, source, path)
+
+
+def settings_from_text(text: str, source: str, path: Path | None = None) -> ProxySettings:
+    reader = _Reader(source)
+    root = _compose(text, source)
+    top = reader.mapping(root, _TOP)
+    settings: dict[str, Any] = {"source": path}
+    if "listen" in top:
+        listen = reader.mapping(top["listen"], ("host", "port"))
+        if "host" in listen:
+            settings["host"] = reader.string(listen["host"])
+        if "port" in listen:
+            settings["port"] = reader.whole(listen["port"], 0, 65535)
+    if "allow_remote" in top:
+        settings["allow_remote"] = reader.boolean(top["allow_remote"])
+    if "client_token" in top:
+        settings["client_token"] = _secret(reader, top["client_token"], with_header=False)[0]
+    if "allow_hosts" in top:
+        hosts = []
+        for item in reader.sequence(top["allow_hosts"]):
+            host = reader.string(item).lower()
+            reader.check(item, None if re.fullmatch(r"[a-z0-9.-]+", host) else "not a host name")
+            hosts.append(host)
+        settings["allow_hosts"] = tuple(hosts)
+    for key in ("max_streams", "max_request_bytes", "max_held_bytes"):
+        if key in top:
+            settings[key] = reader.whole(top[key], 1)
+    if "key_on_any_path" in top:
+        settings["key_on_any_path"] = reader.boolean(top["key_on_any_path"])
+    if "grace_seconds" in top:
+        settings["grace_seconds"] = reader.seconds(top["grace_seconds"], positive=False)
+    if "head_timeout" in top:
+        settings["head_timeout"] = reader.seconds(top["head_timeout"])
+    if "metrics" in top:
+        settings["metrics"] = reader.boolean(top["metrics"])
+    if "routes" not in top:
+        raise reader.error(root, "routes: at least one route is needed")
+    entries = reader.sequence(top["routes"])
+    if not entries:
+        raise reader.error(top["routes"], "at least one route is needed")
+    routes = [_route(reader, entry, len(entries)) for entry in entries]
+    names: set[str] = set()
+    prefixes: set[str] = set()
+    for route, entry in zip(routes, entries, strict=True):
+        if route.name in names:
+            raise reader.error(entry, f"the route name {route.name!r} is used twice")
+        if route.prefix in prefixes:
+            raise reader.error(entry, f"the prefix {route.prefix!r} is used twice")
+        names.add(route.name)
+        prefixes.add(route.prefix)
+    settings["routes"] = tuple(routes)
+    try:
+        return ProxySettings(**settings)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _secret(reader: _Reader, node: _Node, *, with_header: bool) -> tuple[SecretSource, KeyHeader]:
+    entries = reader.mapping(node, _KEY if with_header else ("env", "file"))
+    header: KeyHeader = "auto"
+    if "header" in entries:
+        given = reader.string(entries["header"]).lower()
+        if given not in KEY_HEADERS:
+            raise reader.error(entries["header"], f"must be one of {', '.join(KEY_HEADERS)}")
+        header = KEY_HEADERS[KEY_HEADERS.index(given)]
+    if ("env" in entries) == ("file" in entries):
+        raise reader.error(node, "give exactly one of env and file")
+    if "env" in entries:
+        name = reader.string(entries["env"])
+        reader.check(entries["env"], None if _VARIABLE.fullmatch(name) else "not a variable name")
+        return SecretSource(env=name), header
+    file = reader.string(entries["file"])
+    return SecretSource(file=Path(file)), header
+
+
+def upstream_problem(text: str) -> str | None:
+    """None for an upstream URL the proxy can use: http(s), a host, no `user:password@`, no
+    query or fragment (the request's own are appended); else a one-line reason."""
+    from ..transport import base_url_problem
+
+    problem = base_url_problem(text)
+    if problem is not None:
+        return problem
+    parts = urllib.parse.urlsplit(text)
+    if parts.query or parts.fragment or "?" in text or "#" in text:
+        return "the upstream URL must not carry a query or a fragment"
+    return None
+
+
+def _upstream(reader: _Reader, node: _Node) -> str:
+    url = reader.string(node)
+    reader.check(node, upstream_problem(url))
+    return url
+
+
+def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
+    entries = reader.mapping(node, _ROUTE)
+    for required in ("name", "upstream"):
+        if required not in entries:
+            raise reader.error(node, f"{required} is required")
+    name = reader.string(entries["name"])
+    reader.check(
+        entries["name"],
+        None if _NAME.fullmatch(name) else "lower-case letters, digits, - and _ (up to 63)",
+    )
+    prefix = ""
+    if "prefix" in entries:
+        prefix = reader.string(entries["prefix"]).rstrip("/")
+        if prefix and (_PREFIX.fullmatch(prefix) is None or "/." in prefix):
+            raise reader.error(entries["prefix"], "must be a path like /openai (or empty)")
+    if not prefix and count > 1:
+        raise reader.error(node, "with several routes every route needs its own prefix")
+    key: SecretSource | None = None
+    header: KeyHeader = "auto"
+    if "key" in entries:
+        key, header = _secret(reader, entries["key"], with_header=True)
+    model = reader.string(entries["model"]) if "model" in entries else None
+    upstream = UpstreamSettings(_upstream(reader, entries["upstream"]), key, header, model)
+    gating = _gating(reader, entries)
+    retries = RouteRetries()
+    if "retries" in entries:
+        given = reader.mapping(entries["retries"], ("attempts", "max_wait"))
+        if "attempts" in given:
+            retries = replace(retries, attempts=reader.whole(given["attempts"], 0, 10))
+        if "max_wait" in given:
+            retries = replace(retries, max_wait=reader.seconds(given["max_wait"], positive=False))
+    fallbacks: list[UpstreamSettings] = []
+    if "fallbacks" in entries:
+        for item in reader.sequence(entries["fallbacks"]):
+            fields = reader.mapping(item, _FALLBACK)
+            if "upstream" not in fields:
+                raise reader.error(item, "upstream is required")
+            fallback_key: SecretSource | None = None
+            fallback_header: KeyHeader = "auto"
+            if "key" in fields:
+                fallback_key, fallback_header = _secret(reader, fields["key"], with_header=True)
+            fallbacks.append(
+                UpstreamSettings(
+                    _upstream(reader, fields["upstream"]),
+                    fallback_key,
+                    fallback_header,
+                    reader.string(fields["model"]) if "model" in fields else None,
+                )
+            )
+    return RouteSettings(name, prefix, upstream, gating, retries, tuple(fallbacks))
+
+
+def _gating(reader: _Reader, entries: Mapping[str, _Node]) -> GatingOptions:
+    options: dict[str, Any] = {"validate_schemas": True}
+    if "hold" in entries:
+        hold = reader.string(entries["hold"])
+        if hold not in HOLDS:
+            raise reader.error(entries["hold"], f"must be one of {', '.join(HOLDS)}")
+        options["hold"] = hold
+    if "validate_schemas" in entries:
+        options["validate_schemas"] = reader.boolean(entries["validate_schemas"])
+    readers: dict[str, tuple[str, Callable[[_Node], object]]] = {
+        "idle_timeout": ("idle_timeout", reader.seconds),
+        "deadline": ("deadline", reader.seconds),
+        "keepalive": ("keepalive_interval", reader.seconds),
+        "max_held_bytes": ("max_held_bytes", lambda node: reader.whole(node, 1)),
+    }
+    for key, (option, read) in readers.items():
+        if key in entries:
+            options[option] = read(entries[key])
+    if "limits" in entries:
+        given = reader.mapping(entries["limits"], _LIMITS)
+        options["limits"] = GateLimits(
+            **{name: reader.whole(value, 1) for name, value in given.items()}
+        )
+    hold_value: Hold = options.pop("hold", "tools")
+    return GatingOptions(hold=hold_value, **options)
+
+
+# --- saying what it means ---------------------------------------------------------------------
+
+
+def describe(settings: ProxySettings) -> list[str]:
+    """The effective settings, one line each, never a secret (`lockgate proxy --check`)."""
+    lines = [
+        f"listen {settings.host}:{settings.port}"
+        + (" (beyond loopback allowed)" if settings.allow_remote else ""),
+        "client token: "
+        + (settings.client_token.describe() if settings.client_token else "none required"),
+        f"bounds: {settings.max_streams} requests at once, request bodies up to "
+        f"{settings.max_request_bytes} bytes, {settings.max_held_bytes} bytes held in all, "
+        f"request heads within {settings.head_timeout:g} s, {settings.grace_seconds:g} s to "
+        "drain",
+        "metrics: " + ("/metrics" if settings.metrics else "off") + "; health: /healthz, /readyz",
+    ]
+    if settings.allow_hosts:
+        lines.append("host names allowed: " + ", ".join(settings.allow_hosts))
+    for route in settings.routes:
+        gating = route.gating
+        lines.append(
+            f"route {route.name}: {route.prefix or '/'} -> {_upstream_line(route.upstream)}; "
+            f"hold {gating.hold}, schemas {'' if gating.validate_schemas else 'not '}validated, "
+            f"silence {gating.idle_timeout:g} s, deadline {gating.deadline:g} s, "
+            f"keep-alive {gating.keepalive_interval:g} s, at most {gating.limits.max_calls} calls; "
+            f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s)"
+        )
+        for number, fallback in enumerate(route.fallbacks, 1):
+            lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
+    return lines
+
+
+def _upstream_line(upstream: UpstreamSettings) -> str:
+    parts = [upstream.url]
+    if upstream.key is not None:
+        parts.append(f"key from {upstream.key.describe()} as {upstream.key_header}")
+    else:
+        parts.append("the client's own credentials")
+    if upstream.model is not None:
+        parts.append(f"model {upstream.model}")
+    return ", ".join(parts)

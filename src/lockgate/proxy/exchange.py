@@ -1,0 +1,653 @@
+"""One request, after the proxy admitted it: sent to its route's upstream (and, where the
+route allows, again, or to a fall-back, while nothing of the answer has reached the
+client), and its answer passed, gated or judged back to the client.
+
+- **A protocol request** (`routes.route`) is read as JSON (bounded in values and depth,
+  parsed off the event loop when large). Its answer: an error status passes with its
+  headers and its body under the error-body cap; a 2xx stream goes through the engine
+  (`GatingStream`); a 2xx whole answer is judged (`judge_whole`). A body that is not a JSON
+  object is sent as it is (the upstream's API owns request validation) and its error passes
+  back; a 2xx answer to it cannot be judged and is refused (502).
+- **Anything else** passes unchanged, its answer streamed back as it comes.
+- **Retries** (`RouteRetries`, off unless the route asks): a protocol request whose answer
+  was refused for a transient reason (a 408, 409, 429 or 5xx the provider does not call
+  final; no answer at all; a stream that broke, was cut, fell silent or reported a
+  transient error) is sent again, to the next of the route's upstreams in turn (its
+  fall-backs, then the first again), while nothing of the answer has reached the client:
+  a stream's start is held until its first content event. It waits the retry owner's
+  backoff, or the server's `retry-after` when longer; a wait beyond the route's `max_wait`
+  is not waited and not passed on: the client is told not to retry, the wait in the
+  message. The final answer after spent retries says `x-should-retry: false`, so that the
+  client's own retries do not multiply them.
+- **A held key** goes in its protocol's header (a `key` in the query is the client's:
+  dropped); whatever the upstream echoes of it reaches the client as `[redacted]`, and a
+  stream or whole answer is redacted before it is judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from ..cassette.recorder import CassetteRecorder
+from ..conversation import ToolSpec
+from ..credentials import Redactor
+from ..gateway import Gateway, ProtocolTarget, Refusal
+from ..http import ERROR_BODY_CAP_BYTES, describe
+from ..jsonlimits import TooComplex
+from ..providers.base import Provider
+from ..retry import RetryPolicy, standard_wait
+from .access import quoted
+from .config import ProxySettings, RouteSettings
+from .engine import (
+    MAX_WHOLE_BYTES,
+    GatingStream,
+    HeldBudget,
+    Refused,
+    capped_body,
+    forwarded_headers,
+    gates,
+    judge_whole,
+)
+from .flow import Flow
+from .upstream import (
+    UpstreamBody,
+    client_credentials,
+    client_headers,
+    decodes,
+    failure_before_answer,
+    finish,
+    upstream_headers,
+    upstream_url,
+)
+
+__all__ = ["OFFLOAD_BYTES", "ExchangeHost", "ProxyExchange", "RouteRuntime", "UpstreamRuntime"]
+
+OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the event loop
+# The retry owner's backoff between attempts (its jitter and growth; the route's `max_wait`
+# bounds a server's wait instead).
+_BACKOFF = RetryPolicy(attempts=11, base_delay=0.25, max_delay=8.0)
+# The refusals after which a new attempt may succeed unseen (a stream that broke, ended
+# early, fell silent, ran out of time, or a provider error marked transient).
+_DONT_RETRY = ("x-should-retry", "false")
+_WAIT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
+
+
+def _json(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRuntime:
+    """One upstream of a route as the proxy sends to it: its URL, the key it holds for it
+    (read at start; None: the client's credentials pass) and its header (None: the
+    protocol's own), the model that replaces the request's (a fall-back), its place in the
+    route (0: the route's own upstream), and what of it is redacted from a client's answer."""
+
+    url: str
+    key: str | None = field(default=None, repr=False)
+    key_header: str | None = None
+    model: str | None = None
+    index: int = 0
+    redactor: Redactor | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRuntime:
+    """One route as the proxy serves it: its settings, its upstreams in turn (its own, then
+    its fall-backs), the per-request timeout toward them, and what of any of their keys is
+    redacted from a client's answer (a pass-through's body may echo any)."""
+
+    settings: RouteSettings
+    upstreams: tuple[UpstreamRuntime, ...]
+    client_timeout: aiohttp.ClientTimeout
+    client_redactor: Redactor | None = field(default=None, repr=False)
+
+
+class ExchangeHost(Protocol):
+    """What an exchange needs of the proxy that admitted it."""
+
+    settings: ProxySettings
+    session: aiohttp.ClientSession | None
+    recorder: CassetteRecorder | None
+    held: HeldBudget
+    redact: Redactor
+
+    def speaker(self, entry: Provider | None, request: web.Request, path: str) -> Gateway: ...
+
+    def reject(
+        self,
+        flow: Flow,
+        entry: Provider | None,
+        status: int,
+        message: str,
+        request: web.Request,
+        param: str | None = None,
+    ) -> web.Response: ...
+
+    async def parse(self, body: bytes) -> Mapping[str, Any] | None: ...
+
+    def declared_tools(
+        self, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime
+    ) -> tuple[ToolSpec, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    response: aiohttp.ClientResponse
+
+
+@dataclass(frozen=True, slots=True)
+class _Unanswered:
+    status: int
+    reason: str
+
+
+class _Retry(Exception):
+    """This attempt's answer was refused for a transient reason, unseen: try again."""
+
+    def __init__(self, wait: float | None = None) -> None:
+        super().__init__()
+        self.wait = wait
+
+
+class ProxyExchange:
+    """One admitted request through its route (see the module docstring)."""
+
+    def __init__(
+        self,
+        server: ExchangeHost,
+        request: web.Request,
+        flow: Flow,
+        route: RouteRuntime,
+        entry: Provider | None,
+        target: ProtocolTarget | None,
+    ) -> None:
+        self.server = server
+        self.request = request
+        self.flow = flow
+        self.route = route
+        self.entry = entry
+        self.gateway: Gateway | None = entry.gateway() if entry and entry.gateway else None
+        self.target = target
+        self.speaker = server.speaker(entry, request, flow.upstream_path)
+        self.response: web.StreamResponse | None = None  # the client's, once its head went
+        self.parsed: Mapping[str, Any] | None = None
+        self.body = b""
+
+    # --- the request -----------------------------------------------------------------------
+
+    async def run(self) -> web.StreamResponse:
+        server, flow = self.server, self.flow
+        idle = self.route.settings.gating.idle_timeout
+        try:
+            async with asyncio.timeout(idle):
+                self.body = await self.request.read()
+        except TimeoutError:
+            return server.reject(
+                flow,
+                self.entry,
+                408,
+                f"the request body did not arrive within {idle:g} s",
+                self.request,
+            )
+        except web.HTTPRequestEntityTooLarge:
+            limit = server.settings.max_request_bytes
+            return server.reject(
+                flow,
+                self.entry,
+                413,
+                f"the request body is larger than {limit} bytes",
+                self.request,
+            )
+        if self.gateway is not None:
+            try:
+                self.parsed = await server.parse(self.body)
+            except TooComplex as exc:
+                return server.reject(flow, self.entry, 413, f"the request body {exc}", self.request)
+            if self.parsed is not None:
+                problem = self.gateway.request_problem(self.parsed)
+                if problem is not None:
+                    message, param = problem
+                    return server.reject(flow, self.entry, 400, message, self.request, param)
+        return await self._attempts()
+
+    async def _attempts(self) -> web.StreamResponse:
+        """Each attempt in turn, while the route allows one more and nothing was seen."""
+        route = self.route
+        retries = route.settings.retries
+        attempt = 0
+        while True:
+            upstream = route.upstreams[attempt % len(route.upstreams)]
+            self.flow.retries = attempt
+            if upstream.index:
+                self.flow.fallbacks += 1
+            can_retry = (
+                self.gateway is not None and attempt < retries.attempts and self.response is None
+            )
+            try:
+                return await self._attempt(upstream, can_retry, spent=attempt > 0)
+            except _Retry as retry:
+                attempt += 1
+                wait = _BACKOFF.backoff(attempt)
+                if retry.wait is not None:
+                    wait = max(wait, retry.wait)
+                await asyncio.sleep(wait)
+
+    async def _attempt(
+        self, upstream: UpstreamRuntime, can_retry: bool, *, spent: bool
+    ) -> web.StreamResponse:
+        server, flow, request = self.server, self.flow, self.request
+        opened = await self._open(upstream)
+        if isinstance(opened, _Unanswered):
+            if can_retry:
+                raise _Retry()
+            return self._failed(opened.status, opened.reason, spent=spent)
+        response = opened.response
+        try:
+            encoding = response.headers.get("content-encoding", "")
+            if encoding and encoding.strip().lower() != "identity" and not decodes(encoding):
+                reason = (
+                    f"the upstream answered with Content-Encoding {quoted(encoding, 80)}, "
+                    "which the proxy cannot decode"
+                )
+                return self._failed(502, reason, spent=spent)
+            flow.answered_at = asyncio.get_running_loop().time()
+            status = response.status
+            if server.recorder is not None and self.entry is not None:
+                flow.exchange = server.recorder.exchange(
+                    self.entry.name,
+                    upstream.url,
+                    request.method,
+                    flow.upstream_path,
+                    self.parsed,
+                    secrets=client_credentials(
+                        request.headers, request.rel_url.query.getall("key", [])
+                    ),
+                )
+                flow.exchange.head(status, forwarded_headers(response.headers).items())
+            headers = client_headers(response, upstream.redactor)
+            flow.status = status
+            if self.gateway is None or self.entry is None:
+                flow.outcome = "forwarded"
+                capped = not 200 <= status < 300
+                return await self._pass(response, status, headers, capped, upstream)
+            if not 200 <= status < 300:
+                return await self._error_status(response, status, headers, can_retry, spent)
+            if self.parsed is None:
+                return self._unjudged(
+                    "malformed_event",
+                    "the request is not a JSON object, so its answer cannot be judged",
+                )
+            assert self.target is not None  # routed: a protocol request has its target
+            try:
+                tools = server.declared_tools(self.gateway, self.parsed, self.route)
+            except Exception as exc:  # a request whose tools cannot be read
+                return self._unjudged("internal_error", f"the request's tools ({describe(exc)})")
+            if gates(self.gateway, self.parsed, status, self.target):
+                return await self._gate(response, tools, headers, upstream, can_retry, spent)
+            return await self._whole(response, tools, headers, upstream, can_retry, spent)
+        finally:
+            finish(response)
+            if flow.exchange is not None:
+                flow.exchange.decide(flow.verdict)
+                flow.exchange.finish()
+                flow.exchange = None
+
+    async def _open(self, upstream: UpstreamRuntime) -> _Opened | _Unanswered:
+        """The request sent to `upstream` (its model in place of the request's, for a
+        fall-back that names one)."""
+        request, server = self.request, self.server
+        path, body = self.flow.upstream_path, self.body
+        if upstream.model is not None and self.gateway is not None and self.parsed is not None:
+            path, rewritten = self.gateway.with_model(path, self.parsed, upstream.model)
+            body = json.dumps(rewritten).encode()
+        query: dict[str, str] | None = None
+        if upstream.key is not None and "key" in request.rel_url.query:
+            # A key in the query (Gemini's other place for it) is the client's: the proxy
+            # sends the one it holds, in its header.
+            query = {name: value for name, value in request.rel_url.query.items() if name != "key"}
+        url = upstream_url(upstream.url, path, query, request.rel_url.raw_query_string)
+        headers = upstream_headers(
+            request.headers,
+            request.headers.getall("connection", []),
+            key=upstream.key,
+            key_header=upstream.key_header or self.speaker.key_header,
+        )
+        gating = self.route.settings.gating
+        assert server.session is not None
+        try:
+            response = await server.session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=body or None,
+                allow_redirects=False,
+                timeout=self.route.client_timeout,
+            )
+        except Exception as exc:  # no answer: cannot connect, or it failed before its head
+            if isinstance(exc, asyncio.CancelledError):  # pragma: no cover
+                raise
+            status, reason = failure_before_answer(exc, gating.idle_timeout)
+            return _Unanswered(status, reason)
+        return _Opened(response)
+
+    # --- answers ---------------------------------------------------------------------------
+
+    async def _error_status(
+        self,
+        response: aiohttp.ClientResponse,
+        status: int,
+        headers: dict[str, str],
+        can_retry: bool,
+        spent: bool,
+    ) -> web.StreamResponse:
+        """An error status: passed as it came (its body under the cap), or retried unseen
+        when the provider says a new request may succeed. A server's wait longer than the
+        route's `max_wait` is neither waited nor passed on: the client is told not to retry,
+        the wait in the message; after spent retries, `x-should-retry: false`."""
+        assert self.entry is not None
+        flow = self.flow
+        flow.outcome = "forwarded"
+        max_wait = self.route.settings.retries.max_wait
+        wait = standard_wait(response.headers, time.time())
+        if can_retry and (wait is None or wait <= max_wait):
+            body = await self._capped(response)
+            if body is not None:
+                failure = self.entry.classify_error(status, _json(body), dict(response.headers))
+                if failure.retryable and (
+                    failure.retry_after is None or failure.retry_after <= max_wait
+                ):
+                    raise _Retry(failure.retry_after)
+                wait = failure.retry_after
+            if wait is None or wait <= max_wait:
+                if body is None:
+                    return self._failed(502, "the upstream's error body broke off", spent=spent)
+                return web.Response(status=status, body=body, headers=headers)
+        if wait is not None and wait > max_wait:
+            message = (
+                f"lockgate proxy: the upstream answered HTTP {status} and asks to wait "
+                f"{wait:g} s before a new request, longer than this route waits "
+                f"({max_wait:g} s): not retried, do not retry"
+            )
+            flow.reason = f"opening: {message}"
+            sent = {
+                name: value
+                for name, value in headers.items()
+                if name.lower() not in _WAIT_HEADERS and name.lower() != "content-type"
+            }
+            sent["content-type"] = "application/json"
+            sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
+            error = self.speaker.client_error_body(status, message)
+            return web.Response(status=status, body=error, headers=sent)
+        if spent:
+            headers = {**headers, _DONT_RETRY[0]: _DONT_RETRY[1]}
+        return await self._pass(response, status, headers, True, None)
+
+    async def _capped(self, response: aiohttp.ClientResponse) -> bytes | None:
+        """An error body, its first `ERROR_BODY_CAP_BYTES` (None: it broke off)."""
+        pieces: list[bytes] = []
+        body = UpstreamBody(response, self.flow.exchange, self.route.client_redactor)
+        try:
+            async for piece in capped_body(body, ERROR_BODY_CAP_BYTES):
+                pieces.append(piece)
+        except Exception:
+            return None
+        return b"".join(pieces)
+
+    async def _head(self, status: int, headers: Mapping[str, str]) -> web.StreamResponse:
+        """The client's response head, sent once."""
+        if self.response is None:
+            response = web.StreamResponse(status=status, headers=dict(headers))
+            await response.prepare(self.request)
+            self.response = response
+        return self.response
+
+    async def _write(self, response: web.StreamResponse, piece: bytes) -> None:
+        """Send a piece; a client that does not take it within the silence limit has
+        stopped reading, and is treated as gone (its slot and the upstream are freed). The
+        timer is armed only when the socket's buffer is full (a write then waits)."""
+        if self.flow.first_sent_at is None:
+            self.flow.first_sent_at = asyncio.get_running_loop().time()
+        if not getattr(self.request.protocol, "writing_paused", True):
+            await response.write(piece)
+            return
+        try:
+            async with asyncio.timeout(self.route.settings.gating.idle_timeout):
+                await response.write(piece)
+        except TimeoutError:
+            raise ConnectionResetError("the client stopped reading") from None
+
+    async def _pass(
+        self,
+        upstream: aiohttp.ClientResponse,
+        status: int,
+        headers: dict[str, str],
+        capped: bool,
+        runtime: UpstreamRuntime | None,
+    ) -> web.StreamResponse:
+        """The answer as it came (an error body under the cap), redacted of the held key; a
+        body that breaks off ends the connection without a clean end, so the client sees it
+        broke."""
+        flow = self.flow
+        response = await self._head(status, headers)
+        redactor = self.route.client_redactor if runtime is None else runtime.redactor
+        body = UpstreamBody(upstream, flow.exchange if capped else None, redactor)
+        pieces: AsyncIterator[bytes] = aiter(capped_body(body) if capped else body)
+        try:
+            async for piece in pieces:
+                await self._write(response, piece)
+        except ConnectionError:  # the client left (or stopped reading)
+            flow.outcome = "abandoned"
+            self._abort()
+            return response
+        except Exception as exc:  # the upstream broke off (or fell silent)
+            flow.outcome = "error"
+            flow.reason = f"transport: the upstream body broke off ({describe(exc)})"
+            self._abort()
+            return response
+        finally:
+            close = getattr(pieces, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+
+    async def _gate(
+        self,
+        upstream: aiohttp.ClientResponse,
+        tools: Sequence[ToolSpec],
+        headers: dict[str, str],
+        runtime: UpstreamRuntime,
+        can_retry: bool,
+        spent: bool,
+    ) -> web.StreamResponse:
+        """The 2xx stream through the engine. With a retry left, the head and the stream's
+        start wait for its first content: a transient refusal before it is retried unseen."""
+        assert self.entry is not None
+        assert self.parsed is not None
+        flow = self.flow
+        stream = GatingStream(
+            self.entry,
+            self.parsed,
+            # Redacted before it is judged: the client reads what the gate judged.
+            UpstreamBody(upstream, flow.exchange, runtime.redactor),
+            self.route.settings.gating,
+            observer=flow.observe,
+            redact=self.server.redact,
+            started_at=flow.started,
+            budget=self.server.held,
+            tools=tools,
+            hold_preamble=can_retry,
+        )
+        response = None if can_retry else await self._head(flow.status, headers)
+        pieces = aiter(stream)
+        left = False
+        try:
+            async for piece in pieces:
+                outcome = stream.outcome
+                if (
+                    isinstance(outcome, Refused)
+                    and can_retry
+                    and not stream.sent_content
+                    and outcome.refusal.transient
+                ):
+                    flow.judged(outcome)
+                    flow.incomplete = True
+                    raise _Retry()  # the refusal frame is not sent: nothing was seen
+                if response is None:
+                    response = await self._head(flow.status, headers)
+                await self._write(response, piece)
+        except ConnectionError:  # the client left (or stopped reading): not an outcome
+            left = True
+            self._abort()
+            return response or web.Response(status=499)
+        finally:
+            close = getattr(pieces, "aclose", None)
+            if close is not None:
+                await close()
+            flow.first_read_at = stream.first_read_at
+            flow.held_from = stream.held_from
+            if flow.held_from is not None:
+                flow.held_until = asyncio.get_running_loop().time()
+            if left:
+                flow.outcome = "abandoned"
+            else:
+                flow.judged(stream.outcome)
+                if isinstance(stream.outcome, Refused):
+                    flow.incomplete = stream.outcome.refusal.kind in _INCOMPLETE
+        if response is None:  # an empty body judged (accepted or refused): its head now
+            response = await self._head(flow.status, headers)
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+
+    async def _whole(
+        self,
+        upstream: aiohttp.ClientResponse,
+        tools: Sequence[ToolSpec],
+        headers: dict[str, str],
+        runtime: UpstreamRuntime,
+        can_retry: bool,
+        spent: bool,
+    ) -> web.StreamResponse:
+        assert self.entry is not None
+        assert self.parsed is not None
+        flow = self.flow
+        options = self.route.settings.gating
+        data = bytearray()
+        chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+        if flow.exchange is not None:
+            chunks = flow.exchange.tap(chunks)
+        try:
+            async with asyncio.timeout_at(flow.started + options.deadline):
+                async for chunk in chunks:
+                    data += chunk
+                    if len(data) > MAX_WHOLE_BYTES:
+                        break  # judged as too large
+        except TimeoutError:
+            if can_retry:
+                raise _Retry() from None
+            reason = f"no complete response within the {options.deadline:g} s deadline"
+            return self._unjudged("deadline", reason, transient=True, spent=spent)
+        except Exception as exc:
+            if can_retry:
+                raise _Retry() from None
+            reason = f"the body broke off ({describe(exc)})"
+            return self._unjudged("transport", reason, transient=True, spent=spent)
+        body = bytes(data)
+        if runtime.redactor is not None:  # judged as the client will read it
+            body = runtime.redactor.redact_bytes(body)
+        judge = functools.partial(
+            judge_whole,
+            self.entry,
+            self.parsed,
+            body,
+            options,
+            status=flow.status,
+            observer=flow.observe,
+            redact=self.server.redact,
+            tools=tools,
+        )
+        verdict = await asyncio.to_thread(judge) if len(body) > OFFLOAD_BYTES else judge()
+        outcome = verdict.outcome
+        if isinstance(outcome, Refused) and outcome.refusal.transient and can_retry:
+            raise _Retry()
+        flow.judged(outcome)
+        flow.status = verdict.status
+        if isinstance(outcome, Refused):
+            sent = dict(verdict.headers)
+            if spent:
+                sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
+            return web.Response(
+                status=verdict.status,
+                body=verdict.body,
+                content_type="application/json",
+                headers=sent,
+            )
+        return web.Response(status=verdict.status, body=verdict.body, headers=headers)
+
+    # --- refusals of the proxy's own ------------------------------------------------------
+
+    def _failed(self, status: int, reason: str, *, spent: bool) -> web.StreamResponse:
+        """No answer to pass on (the upstream could not be reached, failed before its
+        answer, or answered in a form the proxy cannot read): `status` and the protocol's
+        error body; told not to retry when the proxy spent its retries."""
+        flow = self.flow
+        reason = self.server.redact(reason)
+        flow.outcome = "error"
+        flow.status = status
+        flow.reason = f"opening: {reason}"
+        if self.response is not None:  # a head already went (a retry after a keep-alive)
+            return self.response
+        if self.gateway is not None:
+            refusal = Refusal("opening", f"lockgate proxy: {reason}", True, 0)
+            body = self.gateway.error_body(refusal)
+        else:
+            body = self.speaker.client_error_body(status, f"lockgate proxy: {reason}")
+        headers = {"content-type": "application/json"}
+        if spent:
+            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]
+        return web.Response(status=status, body=body, headers=headers)
+
+    def _unjudged(
+        self, kind: str, reason: str, *, transient: bool = False, spent: bool = False
+    ) -> web.Response:
+        assert self.gateway is not None
+        flow = self.flow
+        text = f"lockgate refused the response: {kind}: {self.server.redact(reason)}"
+        flow.judged(Refused(Refusal(kind, text, transient, 0)))
+        flow.status = 502
+        flow.reason = f"{kind}: {reason}"
+        headers = {"content-type": "application/json"}
+        if spent:
+            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]
+        return web.Response(
+            status=502,
+            body=self.gateway.error_body(Refusal(kind, text, transient, 0)),
+            headers=headers,
+        )
+
+    def _abort(self) -> None:
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+
+# The refusals that say an upstream stream did not end complete (counted apart: a 200 status
+# hides them).
+_INCOMPLETE = frozenset({"stream_ended", "transport", "idle_timeout", "deadline", "cleanup"})

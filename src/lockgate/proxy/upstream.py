@@ -1,0 +1,197 @@
+"""The proxy's side toward an upstream: the pooled session, the headers a request carries
+there (the client's own credentials, or a key the proxy holds in its protocol's header), the
+headers and body a client gets back (redacted of a held key), and what went wrong when no
+answer came.
+
+One `aiohttp.ClientSession` per proxy process: pooled connections (at most `max_streams`),
+no redirects followed, no proxy variables (`trust_env=False`), no cookies kept, bodies
+decoded (`auto_decompress`: gzip and deflate, br and zstd only with aiohttp's optional
+packages, so only those are asked for). Silence is bounded on connecting and on every read
+by the gate's idle timeout (plus a margin: the engine decides first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from ..cassette.recorder import Exchange
+from ..credentials import Redactor
+from ..gateway import HOP_BY_HOP
+from ..http import describe
+from .access import TOKEN_HEADER, quoted
+from .engine import forwarded_headers
+
+__all__ = [
+    "CREDENTIALS",
+    "READ_MARGIN_SECONDS",
+    "UpstreamBody",
+    "client_credentials",
+    "client_headers",
+    "decodes",
+    "failure_before_answer",
+    "finish",
+    "open_session",
+    "upstream_headers",
+    "upstream_url",
+]
+
+READ_MARGIN_SECONDS = 1.0  # the socket's read timeout is this much beyond the engine's own
+# Request headers never sent upstream: hop-by-hop (RFC 9110 §7.6.1), those aiohttp writes
+# itself (host, length, the encodings it can decode), and the proxy's own token.
+_NOT_SENT = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect", TOKEN_HEADER}
+# The client's credentials, replaced when the proxy holds the key.
+CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+# The content encodings aiohttp decodes (a request's body, an upstream's answer); br and
+# zstd only with their optional packages, else aiohttp refuses them.
+_DECODED_ENCODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
+
+
+def open_session(max_streams: int, idle_timeout: float) -> aiohttp.ClientSession:
+    """The pooled session toward every upstream of one proxy process."""
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=idle_timeout, sock_read=idle_timeout + READ_MARGIN_SECONDS
+    )
+    connector = aiohttp.TCPConnector(limit=max_streams, limit_per_host=0)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=True,
+        trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
+def upstream_url(base: str, path: str, query: Mapping[str, str] | None, raw_query: str) -> URL:
+    """The upstream URL of a request: its base, the request's plain path, and its query as
+    it came (`raw_query`), or rebuilt from `query` (the client's `key=` dropped)."""
+    if query is not None:
+        raw_query = URL("/").with_query(list(query.items())).raw_query_string
+    return URL(base.rstrip("/") + path + (f"?{raw_query}" if raw_query else ""), encoded=True)
+
+
+def upstream_headers(
+    headers: Mapping[str, str],
+    connection: list[str],
+    *,
+    key: str | None,
+    key_header: str,
+) -> CIMultiDict[str]:
+    """The request's headers as the upstream gets them: hop-by-hop ones and those the
+    connection names dropped, a body's encoding dropped when aiohttp decoded it, and with a
+    held `key` the client's credentials replaced by it, in `key_header` (`authorization`
+    as `Bearer KEY`)."""
+    named = {part.strip().lower() for value in connection for part in value.split(",")}
+    decoded = decodes(headers.get("content-encoding", ""))
+    sent: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered in _NOT_SENT or lowered in named:
+            continue
+        if key is not None and lowered in CREDENTIALS:
+            continue
+        if decoded and lowered == "content-encoding":
+            continue  # a body aiohttp decoded goes on decoded
+        sent.add(name, value)
+    if key is not None:
+        sent[key_header] = f"Bearer {key}" if key_header == "authorization" else key
+    return sent
+
+
+def client_headers(upstream: aiohttp.ClientResponse, redactor: Redactor | None) -> dict[str, str]:
+    """The upstream's headers to pass on (`engine.forwarded_headers`), redacted of a held
+    key (a header whose name holds it is dropped)."""
+    headers = forwarded_headers(upstream.headers)
+    if redactor is None:
+        return headers
+    return {name: redactor(value) for name, value in headers.items() if redactor(name) == name}
+
+
+def client_credentials(headers: Mapping[str, str], keys: list[str]) -> list[str]:
+    """The credentials a client sent (its key, a token, cookies, a `key` query parameter:
+    `keys`): redacted from the exchange's cassette, as a held key is."""
+    values: list[str] = []
+    getall = getattr(headers, "getall", None)
+    for name in (*CREDENTIALS, TOKEN_HEADER, "proxy-authorization", "cookie"):
+        found = getall(name, []) if getall is not None else [headers[name]] * (name in headers)
+        for value in found:
+            values.append(value)
+            scheme, _, rest = value.partition(" ")
+            if rest.strip() and scheme.isalpha():
+                values.append(rest.strip())  # `Bearer KEY`: the key alone too
+    values.extend(keys)
+    return values
+
+
+def decodes(encoding: str) -> bool:
+    """Whether aiohttp decodes a body in this `Content-Encoding` (it reads one value, any
+    letter case; others pass encoded)."""
+    return encoding.isascii() and encoding.lower() in _DECODED_ENCODINGS
+
+
+def failure_before_answer(exc: BaseException, idle: float) -> tuple[int, str]:
+    """The status and reason for an upstream request that got no answer: what happened,
+    told apart (cannot connect, no answer in time, closed or broken after connecting, an
+    answer in an encoding or a form the proxy cannot read)."""
+    detail = describe(exc)
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return 504, f"connecting to the upstream timed out ({detail})"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return 502, f"connecting to the upstream failed ({detail})"
+    if isinstance(exc, aiohttp.SocketTimeoutError | TimeoutError):
+        return 504, f"the upstream sent no answer within {idle + READ_MARGIN_SECONDS:g} s"
+    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return 502, f"the upstream closed the connection before its answer ({detail})"
+    if isinstance(exc, aiohttp.ClientResponseError):
+        text = str(exc.message)
+        if "content-encoding" in text.lower():
+            return 502, f"the upstream answered in an encoding the proxy cannot decode ({text})"
+        return 502, f"the upstream's answer is not valid HTTP ({quoted(text, 200)})"
+    return 502, f"the request to the upstream failed ({detail})"
+
+
+class UpstreamBody:
+    """An upstream response body: its bytes as they arrive (tapped for the recording, then
+    redacted of the held key); `aclose` returns the connection to the pool when the body
+    was read to its end, else closes it."""
+
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        exchange: Exchange | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
+        self._response = response
+        self._exchange = exchange
+        self._redactor = redactor
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks: AsyncIterator[bytes] = self._response.content.iter_any()
+        if self._exchange is not None:
+            chunks = self._exchange.tap(chunks)
+        if self._redactor is None:
+            async for chunk in chunks:
+                yield chunk
+            return
+        redacting = self._redactor.bytes_stream()
+        async for chunk in chunks:
+            released = redacting.feed(chunk)
+            if released:
+                yield released
+        rest = redacting.flush()
+        if rest:
+            yield rest
+
+    async def aclose(self) -> None:
+        finish(self._response)
+
+
+def finish(response: aiohttp.ClientResponse) -> None:
+    """Return the connection to the pool when the body was read to its end, else close it."""
+    if response.content.at_eof():
+        response.release()
+    else:
+        response.close()
