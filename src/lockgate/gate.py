@@ -600,14 +600,9 @@ class ResponseGate:
             return "empty call id", {}
         if call.call_id in earlier_ids:
             return "duplicate call id", {}
-        key = (call.namespace, call.name, call.form)
-        tool = self._tools.get(key)
-        if tool is None and call.namespace == call.name:
-            # A top-level function loaded by tool search comes back with its own name as its
-            # namespace (seen in real Responses recordings): it is that function.
-            key = ("", call.name, call.form)
-            tool = self._tools.get(key)
-        if tool is None:
+        key = self._resolve(call)
+        tool = self._tools.get(key) if key is not None else None
+        if key is None or tool is None:
             return self._not_exposed(call), {}
         if call.form == CALL_CUSTOM:
             return None, {}  # free text: any string (a declared grammar is not checked)
@@ -628,6 +623,23 @@ class ResponseGate:
             at = f" at {where}" if where else ""
             return f"arguments do not match the schema{at}: {errors[0].message}", {}
         return None, arguments
+
+    def _resolve(self, call: OutputCall) -> tuple[str, str, str] | None:
+        """The declared tool a call names: its namespace, name and form exactly; else, for
+        a call that states no namespace, the one tool of that name and form in any
+        namespace (a client dispatches it by name: with two, which one would run is
+        unknown, and the call names none); else, for a call whose namespace is its own name,
+        the top-level tool of that name (a function loaded by tool search comes back so, as
+        real Responses recordings show)."""
+        key = (call.namespace, call.name, call.form)
+        if key in self._tools:
+            return key
+        if not call.namespace:
+            named = [k for k in self._tools if k[1] == call.name and k[2] == call.form]
+            return named[0] if len(named) == 1 else None
+        if call.namespace == call.name and ("", call.name, call.form) in self._tools:
+            return "", call.name, call.form
+        return None
 
     def _not_exposed(self, call: OutputCall) -> str:
         """Why a call names no tool of the request."""

@@ -134,11 +134,32 @@ def test_lab_list_names_every_scenario_once_with_its_protocols() -> None:
 def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
     code, stdout, _ = lab("--via", "proxy", "--scenario", "second-call-invalid")
     assert code == 0
-    rows = {(row[0], row[1]): row for row in table_rows(stdout) if len(row) == 9}
+    rows = {(row[0], row[1]): row for row in table_rows(stdout) if len(row) == 11}
     for provider in ("responses", "chat", "anthropic", "gemini"):
-        # requests, passed, withheld, run executed, naive via proxy, naive direct, result
-        assert rows["second-call-invalid", provider][2:] == ["1", "0", "1", "0", "0", "2", "ok"]
+        # naive client, requests, passed, withheld, run executed, expected, naive via proxy,
+        # naive direct, result
+        assert rows["second-call-invalid", provider][2:] == [
+            "as run",
+            *("1", "0", "1", "0", "0", "0", "2"),
+            "ok",
+        ]
     assert stdout.splitlines()[-1] == "4 of 4 runs through the proxy as expected"
+
+
+def test_lab_via_proxy_plays_a_client_that_declares_its_tools_a_second_time() -> None:
+    code, stdout, _ = lab("--via", "proxy", "--scenario", "custom-tool-call")
+    assert code == 0, stdout
+    rows = [row for row in table_rows(stdout) if len(row) == 11 and row[0] == "custom-tool-call"]
+    assert [row[1:] for row in rows] == [
+        ["responses", "as run", *("1", "0", "1", "0", "0", "0", "1"), "ok"],
+        ["responses", "declares its tools", *("1", "1", "0", "0", "1", "1", "1"), "ok"],
+    ]
+    assert stdout.splitlines()[-1] == "2 of 2 runs through the proxy as expected"
+    code, stdout, _ = lab("--via", "proxy", "--scenario", "websocket-upgrade", "--json")
+    assert code == 0, stdout
+    [record] = json_records(stdout)
+    assert (record["websocket_upgrade"], record["declares_tools"]) == (426, False)
+    assert record["naive_expected_via_proxy"] == record["naive_executed_via_proxy"] == 1
 
 
 def test_lab_via_proxy_json_records_and_usage_errors() -> None:

@@ -14,7 +14,11 @@ import openai
 import pytest
 
 from lockgate.lab.server import ServerThread, serve_script
+from lockgate.providers import NAMES
+from lockgate.providers import provider as registry_entry
 from lockgate.providers.responses.render import ResponseBuilder
+from lockgate.scripted.reply import OpeningError, Reply, Say
+from lockgate.scripted.scenario import reply_turn
 from lockgate.scripted.script import Faults, ScriptError, Turn, load_script
 
 from ..helpers import (
@@ -381,3 +385,50 @@ def test_the_scripted_server_never_records_a_credential(
         [request] = requests_of(server)
     assert request.headers[header.lower()] == recorded
     assert value.split()[-1] not in repr(request) or value == "Bearer"
+
+
+# --- a WebSocket upgrade (Codex's built-in provider asks for one first) -----------------------
+
+UPGRADE = {
+    "connection": "Upgrade",
+    "upgrade": "websocket",
+    "sec-websocket-version": "13",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
+
+
+@pytest.mark.parametrize("provider", list(NAMES))
+async def test_a_websocket_upgrade_is_answered_426_and_takes_no_turn(provider: str) -> None:
+    """The server speaks HTTP only, and says so the way a client that tries a WebSocket
+    first (Codex) falls back at once: 426, never a 405 it would retry."""
+    renderer = registry_entry(provider).render()
+    path = renderer.path + (f"?{renderer.stream_query}" if renderer.stream_query else "")
+    logged: list[str] = []
+    turns = [reply_turn(Reply("resp_ws", (Say("ok"),)))]
+    async with serve_script(turns, provider=provider, log=logged.append) as server:
+        origin = f"http://{server.host}:{server.port}"
+        async with httpx2.AsyncClient(trust_env=False) as http:
+            upgrade = await http.get(origin + path, headers=UPGRADE)
+            elsewhere = await http.get(origin + "/v1/other", headers=UPGRADE)
+            plain_get = await http.get(origin + path)
+            stream = await http.post(origin + path, json={"stream": True, "model": "m"})
+        await server.settle()
+    assert upgrade.status_code == 426
+    assert upgrade.headers["x-should-retry"] == "false"
+    assert upgrade.json() == renderer.error_body(
+        OpeningError(426, "invalid", "this server speaks HTTP only: send the request over HTTP")
+    )
+    assert (elsewhere.status_code, plain_get.status_code) == (404, 405)  # as before
+    assert stream.status_code == 200  # the turn is still there
+    assert server.answered == 1
+    first = server.requests[0]
+    assert (first.method, first.outcome, first.consumed_turn) == (
+        "GET",
+        "HTTP 426 (WebSocket upgrade)",
+        False,
+    )
+    assert first in server.stray_requests
+    assert logged[0] == (
+        f"GET {path}: a WebSocket upgrade; answered 426 (this server speaks HTTP only; "
+        "no turn consumed)"
+    )

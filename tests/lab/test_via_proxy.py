@@ -1,37 +1,54 @@
 """The lab through the proxy: for every scenario of every protocol with a gateway, a naive
 client that executes every call it has seen, through `lockgate proxy` in front of the
 scripted server, executes exactly what `lockgate run` executes; every answer the proxy
-passed is what the client receives directly."""
+passed is what the client receives directly. Where the scenario's other client declares
+tools lockgate cannot (a custom tool, a namespace, the shell), it executes, with them
+declared, exactly what the scenario says; where it asks for a WebSocket first, the proxy
+answers 426 itself and never passes the upgrade on."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 
-from lockgate.lab.scenarios import SCENARIOS_BY_NAME
-from lockgate.lab.via_proxy import calls_seen, proxy_lab_runs, run_via_proxy, skip_reason
+from lockgate.lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME
+from lockgate.lab.via_proxy import (
+    ProxyRun,
+    calls_seen,
+    declaring,
+    proxy_lab_runs,
+    run_via_proxy,
+    skip_reason,
+)
 from lockgate.providers import NAMES, provider
 from lockgate.scripted.reply import Call, Reply, Say
-from lockgate.scripted.scenario import EDIT_FIX, Scenario
+from lockgate.scripted.scenario import EDIT_FIX, OtherClient
 
 RUNS, SKIPPED = proxy_lab_runs(None, list(NAMES))
 
 
-@pytest.mark.parametrize(("scenario", "name"), RUNS, ids=[f"{s.name}-{p}" for s, p in RUNS])
+def _id(run: ProxyRun) -> str:
+    return f"{run.scenario.name}-{run.provider}" + ("-declared" if run.declared else "")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[_id(run) for run in RUNS])
 async def test_the_naive_client_through_the_proxy_executes_what_lockgate_run_does(
-    scenario: Scenario, name: str
+    run: ProxyRun,
 ) -> None:
-    result = await run_via_proxy(scenario, name)
+    scenario = run.scenario
+    result = await run_via_proxy(scenario, run.provider, declared=run.declared)
     assert result.problems == ()
-    assert result.naive_tools == result.run_tools
+    expected = scenario.other_client.executes if run.declared else result.run_tools
+    assert result.naive_tools == result.expected_tools == expected
     assert result.passed + result.withheld <= result.requests
-    if scenario.expect.is_failure:
+    if scenario.expect.is_failure and not run.declared:
         assert result.naive_tools == 0
 
 
 def test_every_gated_protocol_plays_and_only_client_side_faults_are_skipped() -> None:
-    assert {name for _, name in RUNS} == {"responses", "chat", "anthropic", "gemini"}
+    assert {run.provider for run in RUNS} == {"responses", "chat", "anthropic", "gemini"}
     assert len(RUNS) >= 150
     for scenario, _, reason in SKIPPED:
         assert skip_reason(scenario) == reason
@@ -65,3 +82,97 @@ def test_calls_seen_counts_call_starts_even_in_a_broken_body(name: str) -> None:
     assert calls_seen(name, cut) == 1
     assert calls_seen(name, b"data: {not json}\n\n" + whole) == 1
     assert calls_seen(name, b"") == 0
+
+
+# --- what a client other than lockgate does -----------------------------------------------------
+
+
+def test_a_scenario_whose_client_declares_tools_is_played_both_ways() -> None:
+    declaring_scenarios = {s.name for s in SCENARIOS if s.other_client.declares}
+    assert declaring_scenarios == {
+        "custom-tool-call",
+        "custom-tool-call-cut",
+        "namespaced-call",
+        "custom-call-beside-invalid-call",
+        "shell-call",
+    }
+    for name in declaring_scenarios:
+        plays = [(r.provider, r.declared) for r in RUNS if r.scenario.name == name]
+        assert plays == [("responses", False), ("responses", True)]
+    assert not any(r.declared for r in RUNS if r.scenario.name not in declaring_scenarios)
+
+
+def test_declaring_adds_the_tools_where_the_client_declares_them() -> None:
+    request = {
+        "model": "m",
+        "tools": [{"type": "function", "name": "edit"}],
+        "input": [{"role": "user", "content": "fix it"}],
+    }
+    shell = {"type": "shell"}
+    on_top = declaring(request, OtherClient((shell,), executes=1))
+    assert on_top["tools"] == [{"type": "function", "name": "edit"}, shell]
+    assert on_top["input"] == request["input"]
+    exec_tool = {"type": "custom", "name": "exec"}
+    in_input = declaring(request, OtherClient((exec_tool,), in_input=True, executes=1))
+    assert in_input["tools"] == request["tools"]
+    assert in_input["input"] == [
+        {"type": "additional_tools", "role": "developer", "tools": [exec_tool]},
+        {"role": "user", "content": "fix it"},
+    ]
+    assert request["tools"] == [{"type": "function", "name": "edit"}]  # not changed
+
+
+@pytest.mark.parametrize("name", ["custom-tool-call", "shell-call", "namespaced-call"])
+async def test_a_call_runs_through_the_proxy_only_where_its_tool_is_declared(name: str) -> None:
+    """lockgate run refuses it; the naive client would run it without the proxy; through
+    the proxy it runs only when the request declared its tool."""
+    scenario = SCENARIOS_BY_NAME[name]
+    undeclared = await run_via_proxy(scenario, "responses")
+    declared = await run_via_proxy(scenario, "responses", declared=True)
+    assert (undeclared.run_tools, undeclared.direct_tools, undeclared.naive_tools) == (0, 1, 0)
+    assert (undeclared.passed, undeclared.withheld) == (0, 1)
+    assert (declared.run_tools, declared.direct_tools, declared.naive_tools) == (0, 1, 1)
+    assert (declared.passed, declared.withheld) == (1, 0)
+    assert undeclared.problems == declared.problems == ()
+
+
+async def test_a_declared_tool_does_not_release_a_cut_or_invalid_batch() -> None:
+    for name, direct in (("custom-tool-call-cut", 1), ("custom-call-beside-invalid-call", 2)):
+        result = await run_via_proxy(SCENARIOS_BY_NAME[name], "responses", declared=True)
+        assert (result.direct_tools, result.naive_tools, result.withheld) == (direct, 0, 1)
+        assert result.problems == ()
+
+
+async def test_the_judge_says_when_the_naive_client_runs_other_than_expected() -> None:
+    """A declared play is judged against the scenario's own count, not against itself."""
+    scenario = SCENARIOS_BY_NAME["custom-tool-call"]
+    wrong = dataclasses.replace(scenario, other_client=OtherClient((), executes=0))
+    declared_nothing = await run_via_proxy(wrong, "responses", declared=True)
+    assert declared_nothing.problems == ()  # nothing declared: nothing runs, as expected
+    expects_none = dataclasses.replace(
+        scenario, other_client=dataclasses.replace(scenario.other_client, executes=0)
+    )
+    result = await run_via_proxy(expects_none, "responses", declared=True)
+    assert result.problems == (
+        "the naive client executed 1 tools through the proxy with its tools declared, expected 0",
+    )
+
+
+async def test_the_proxy_answers_a_websocket_upgrade_itself() -> None:
+    result = await run_via_proxy(SCENARIOS_BY_NAME["websocket-upgrade"], "responses")
+    assert result.upgrade == 426
+    assert (result.requests, result.passed, result.run_tools, result.naive_tools) == (2, 2, 1, 1)
+    assert result.problems == ()
+
+
+async def test_a_proxy_that_passed_the_upgrade_on_would_be_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lockgate.proxy import server as proxy_server
+
+    monkeypatch.setattr(proxy_server, "_upgrades", lambda request: False)
+    result = await run_via_proxy(SCENARIOS_BY_NAME["websocket-upgrade"], "responses")
+    assert result.problems == (
+        "the WebSocket upgrade was answered 405 through the proxy, not 426",
+        "the WebSocket upgrade reached the server through the proxy",
+    )

@@ -22,7 +22,14 @@ from lockgate.lab.server import serve_script
 from lockgate.providers import NAMES
 from lockgate.providers import provider as registry_entry
 from lockgate.scripted.renderer import Frame
-from lockgate.scripted.reply import LAB_MODEL, argument_pieces
+from lockgate.scripted.reply import (
+    LAB_MODEL,
+    Call,
+    CustomCall,
+    Reply,
+    ShellCall,
+    argument_pieces,
+)
 from lockgate.scripted.script import Turn, json_answer
 
 KEY = "sk-test-whole-answers"
@@ -58,15 +65,37 @@ def _chat_stream(events: list[Frame]) -> Read:
     return Read(tuple((i, n, a) for i, n, a in calls.values()), text, ending)
 
 
+def _responses_call(item: Mapping[str, Any]) -> list[str] | None:
+    """(call id, name, argument text) of an item a client may run: a function call or a
+    custom tool call (its name qualified by its namespace, its input as the text), a
+    shell_call (its action as JSON); None for any other item."""
+    name = item.get("name", "")
+    if item.get("namespace"):
+        name = f"{item['namespace']}.{name}"
+    if item["type"] == "function_call":
+        return [item["call_id"], name, item.get("arguments", "")]
+    if item["type"] == "custom_tool_call":
+        return [item["call_id"], name, item.get("input", "")]
+    if item["type"] == "shell_call":
+        return [item["call_id"], "shell_call", json.dumps(item["action"])]
+    return None
+
+
 def _responses_stream(events: list[Frame]) -> Read:
     calls: dict[str, list[str]] = {}
     text, ending = "", None
     for event in events:
         kind = event.get("type")
-        if kind == "response.output_item.added" and event["item"]["type"] == "function_call":
-            item = event["item"]
-            calls[item["id"]] = [item["call_id"], item["name"], item.get("arguments", "")]
-        elif kind == "response.function_call_arguments.delta":
+        if kind == "response.output_item.added" and event["item"]["type"] != "shell_call":
+            call = _responses_call(event["item"])
+            if call is not None:
+                calls[event["item"]["id"]] = call
+        elif kind == "response.output_item.done" and event["item"]["type"] == "shell_call":
+            calls[event["item"]["id"]] = _responses_call(event["item"]) or []  # whole when done
+        elif kind in (
+            "response.function_call_arguments.delta",
+            "response.custom_tool_call_input.delta",
+        ):
             calls[event["item_id"]][2] += event["delta"]
         elif kind == "response.output_text.delta":
             text += event["delta"]
@@ -135,8 +164,9 @@ def _chat_whole(body: Mapping[str, Any]) -> Read:
 def _responses_whole(body: Mapping[str, Any]) -> Read:
     calls, text = [], ""
     for item in body["output"]:
-        if item["type"] == "function_call":
-            calls.append((item["call_id"], item["name"], item["arguments"]))
+        call = _responses_call(item)
+        if call is not None:
+            calls.append((call[0], call[1], call[2]))
         elif item["type"] == "message":
             text += "".join(p.get("text", "") for p in item["content"])
     return Read(tuple(calls), text, body["status"])
@@ -225,6 +255,29 @@ def test_a_whole_answer_carries_what_its_stream_carries(
 def test_the_cases_cover_the_cut_call_of_output_limit_on_every_protocol() -> None:
     covered = {provider for name, provider, _, _ in CASES if name == "output-limit"}
     assert covered == set(NAMES)
+
+
+def test_the_cases_cover_every_call_a_client_other_than_lockgate_may_run() -> None:
+    covered = {name for name, provider, _, _ in CASES if provider == "responses"}
+    assert covered >= {"custom-tool-call", "namespaced-call", "shell-call", "compaction-item"}
+
+
+def test_the_responses_readers_see_each_kind_of_call() -> None:
+    parts = (
+        CustomCall("call_c", "exec", "ls -l", namespace="functions"),
+        Call("call_f", "edit", {"path": "a"}, namespace="files"),
+        ShellCall("call_s", ("pwd",)),
+    )
+    renderer = registry_entry("responses").render()
+    reply = Reply("resp_kinds", parts)
+    shell = json.dumps({"commands": ["pwd"], "timeout_ms": None, "max_output_length": None})
+    calls = (
+        ("call_c", "functions.exec", "ls -l"),
+        ("call_f", "files.edit", '{"path": "a"}'),
+        ("call_s", "shell_call", shell),
+    )
+    assert _responses_stream(renderer.events(reply)).calls == calls
+    assert _responses_whole(renderer.completion(reply)).calls == calls
 
 
 # --- the official SDKs read output-limit's whole answer as they read its stream ---------------

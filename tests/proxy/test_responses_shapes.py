@@ -169,12 +169,26 @@ def test_a_namespaced_call_must_name_a_function_of_that_namespace() -> None:
     builder = ResponseBuilder("resp_ns").created()
     builder.call("fc_1", "call_1", "edit", arguments, namespace="crm")
     assert isinstance(judged(request, builder)[0], Accepted)
-    for namespace in ("billing", None):
-        builder = ResponseBuilder("resp_ns").created()
-        builder.call("fc_1", "call_1", "edit", arguments, namespace=namespace)
-        kind, message = refusal(judged(request, builder)[0])
-        assert kind == "invalid_batch"
-        assert "is not exposed (exposed tools: crm.edit)" in message
+    builder = ResponseBuilder("resp_ns").created()
+    builder.call("fc_1", "call_1", "edit", arguments, namespace="billing")
+    kind, message = refusal(judged(request, builder)[0])
+    assert kind == "invalid_batch"
+    assert "is not exposed (exposed tools: crm.edit)" in message
+
+
+def test_a_call_without_its_namespace_is_the_one_tool_of_that_name() -> None:
+    # Codex declares `exec` in its `functions` namespace; a call that names no namespace is
+    # dispatched by name: the one tool of that name is what runs, so it is what is judged.
+    functions = {"type": "namespace", "name": "functions", "description": "", "tools": [EXEC]}
+    builder = ResponseBuilder("resp_ns").created()
+    builder.custom_call("ctc_1", "call_exec", "exec", "touch /tmp/marker")
+    assert isinstance(judged(codex_request(functions), builder)[0], Accepted)
+    other = {"type": "namespace", "name": "other", "description": "", "tools": [EXEC]}
+    builder = ResponseBuilder("resp_ns").created()
+    builder.custom_call("ctc_1", "call_exec", "exec", "touch /tmp/marker")
+    kind, message = refusal(judged(codex_request(functions, other), builder)[0])
+    assert kind == "invalid_batch"  # two tools named exec: which would run is unknown
+    assert "custom tool 'exec' is not exposed" in message
 
 
 def test_a_tool_search_function_named_as_its_own_namespace_is_that_function() -> None:

@@ -92,6 +92,10 @@ def _own_reading(provider: str, frame: bytes) -> tuple[str, bool]:
 IN_FRONT_OF_A_CLIENT = {
     ("responses", "unsupported-item"): ("invalid_batch", 1),
     ("responses", "done-item-unlisted"): ("call_mismatch", 1),
+    ("responses", "custom-tool-call"): ("invalid_batch", 1),
+    ("responses", "custom-tool-call-cut"): ("stream_ended", 1),
+    ("responses", "custom-call-beside-invalid-call"): ("invalid_batch", 1),
+    ("responses", "shell-call"): ("invalid_batch", 1),
 }
 
 

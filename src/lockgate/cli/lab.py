@@ -121,20 +121,23 @@ def _proxy_table(results: Sequence[ProxyLabResult], out: TextIO) -> None:
     from rich.table import Table
 
     table = Table(title="lockgate lab --via proxy")
-    for column in ("scenario", "provider"):
+    for column in ("scenario", "provider", "naive client"):
         table.add_column(column)
-    for column in ("requests", "passed", "withheld", "run executed", "naive via proxy"):
+    for column in ("requests", "passed", "withheld", "run executed", "expected"):
         table.add_column(column, justify="right")
+    table.add_column("naive via proxy", justify="right")
     table.add_column("naive direct", justify="right")
     table.add_column("result")
     for result in results:
         table.add_row(
             result.scenario.name,
             result.provider,
+            _naive_client(result),
             str(result.requests),
             str(result.passed),
             str(result.withheld),
             str(result.run_tools),
+            str(result.expected_tools),
             str(result.naive_tools),
             str(result.direct_tools),
             "ok" if result.as_expected else "NOT AS EXPECTED: " + "; ".join(result.problems),
@@ -143,15 +146,28 @@ def _proxy_table(results: Sequence[ProxyLabResult], out: TextIO) -> None:
     Console(file=out, width=width, highlight=False, soft_wrap=False).print(table)
 
 
+def _naive_client(result: ProxyLabResult) -> str:
+    """What the naive client did beyond sending `lockgate run`'s requests."""
+    done = []
+    if result.upgrade is not None:
+        done.append(f"WebSocket first ({result.upgrade})")
+    if result.declared:
+        done.append("declares its tools")
+    return ", ".join(done) or "as run"
+
+
 def _proxy_record(result: ProxyLabResult) -> dict[str, Any]:
     return {
         "event": "lab_proxy_run",
         "scenario": result.scenario.name,
         "provider": result.provider,
+        "declares_tools": result.declared,
+        "websocket_upgrade": result.upgrade,
         "requests": result.requests,
         "passed": result.passed,
         "withheld": result.withheld,
         "run_executed": result.run_tools,
+        "naive_expected_via_proxy": result.expected_tools,
         "naive_executed_via_proxy": result.naive_tools,
         "naive_executed_direct": result.direct_tools,
         "as_expected": result.as_expected,
@@ -179,11 +195,13 @@ async def _via_proxy(args: argparse.Namespace, providers: Sequence[str]) -> int:
         raise UsageError(f"{name} runs on {where}")
     results = []
     progress = sys.stderr.isatty() and not args.json
-    for number, (scenario, provider) in enumerate(runs, start=1):
+    for number, run in enumerate(runs, start=1):
         if progress:
-            sys.stderr.write(f"\r\x1b[2Klab: {number}/{len(runs)} {scenario.name} ({provider})")
+            declared = ", tools declared" if run.declared else ""
+            label = f"{number}/{len(runs)} {run.scenario.name} ({run.provider}{declared})"
+            sys.stderr.write(f"\r\x1b[2Klab: {label}")
             sys.stderr.flush()
-        results.append(await run_via_proxy(scenario, provider))
+        results.append(await run_via_proxy(run.scenario, run.provider, declared=run.declared))
     if progress:
         sys.stderr.write("\r\x1b[2K")
     failed = [result for result in results if not result.as_expected]

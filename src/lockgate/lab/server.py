@@ -7,11 +7,13 @@ inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with RST,
 never end). A request that does not ask for a stream gets the protocol's JSON response for
 the same reply, with the same fault (`script.json_answer`: a fault stays a fault). Any other
 method or path is answered 404/405, logged, and consumes no turn; so is a request that is not
-well-formed HTTP/1.1 with a JSON object body (400, logged). A script that runs out answers 400
-with `x-should-retry: false`, which no SDK retries. A playback turn (a recorded exchange,
-`cassette.faults.playback`) is sent as recorded: its status, its headers, its reads as
-chunks, its pauses, resets and hangs. It records what each request carried
-(never the credential itself) and whether the client closed early.
+well-formed HTTP/1.1 with a JSON object body (400, logged), and a WebSocket upgrade at the
+protocol's path (426 Upgrade Required, logged: the server speaks HTTP only, and a client
+that tries a WebSocket first, as Codex does, falls back to HTTP at once on 426). A script
+that runs out answers 400 with `x-should-retry: false`, which no SDK retries. A playback
+turn (a recorded exchange, `cassette.faults.playback`) is sent as recorded: its status, its
+headers, its reads as chunks, its pauses, resets and hangs. It records what each request
+carried (never the credential itself) and whether the client closed early.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ class ScriptedServer:
 
     @property
     def stray_requests(self) -> list[RecordedRequest]:
-        """Requests to another method or path than the protocol's (answered 404/405)."""
+        """Requests that took no turn: to another method or path than the protocol's
+        (answered 404/405), or asking for a WebSocket (answered 426)."""
         return [request for request in self.requests if not request.consumed_turn]
 
     async def settle(self) -> None:
@@ -143,6 +146,21 @@ class ScriptedServer:
                 await _send_json(writer, 400, body, {"x-should-retry": "false"})
                 return
             self.requests.append(request)
+            if asks_websocket(request.headers) and self.protocol.answers(request.path):
+                request.consumed_turn = False
+                request.outcome = "HTTP 426 (WebSocket upgrade)"
+                if self.log is not None:
+                    self.log(
+                        f"{request.method} {request.path}: a WebSocket upgrade; answered 426 "
+                        "(this server speaks HTTP only; no turn consumed)"
+                    )
+                refused = OpeningError(
+                    426, "invalid", "this server speaks HTTP only: send the request over HTTP"
+                )
+                await _send_json(
+                    writer, 426, self.protocol.error_body(refused), {"x-should-retry": "false"}
+                )
+                return
             if not self.protocol.answers(request.path):
                 request.consumed_turn = False
                 request.outcome = "HTTP 404 (not this protocol's path)"
@@ -367,6 +385,13 @@ class ScriptedServer:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
         return True
+
+
+def asks_websocket(headers: Mapping[str, str]) -> bool:
+    """Whether a request asks to switch to a WebSocket (`Upgrade: websocket`)."""
+    return any(
+        part.strip().lower() == "websocket" for part in headers.get("upgrade", "").split(",")
+    )
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

@@ -20,6 +20,21 @@ where it refused), and every answer the proxy passed is byte for byte what the c
 receives directly (keep-alives aside: the proxy passes the upstream's pings at once, ahead
 of the frames it holds).
 
+A scenario can say what a client other than lockgate does that `lockgate run` does not
+(`Scenario.other_client`):
+
+- it declares tools lockgate cannot (a custom tool, a `namespace` group, the built-in shell
+  it executes itself): `lockgate run` refuses their calls (`unsupported_output`,
+  `invalid_batch`), and the naive client, sending `lockgate run`'s requests, must execute
+  none of them through the proxy either; then the scenario is played once more through the
+  proxy with those tools declared in every request, and the naive client must execute
+  exactly the calls the scenario says (`OtherClient.executes`): the proxy releases a call of
+  a declared tool in a batch it judged whole, and still nothing of a cut or invalid batch;
+- it asks for a WebSocket first (`GET` with `Upgrade: websocket` at the request's path, as
+  Codex's built-in provider does) and falls back to HTTP on `426`: the proxy must answer
+  the upgrade `426` itself and never pass it on (the scripted server, which speaks HTTP
+  only, answers an upgrade `426` too: directly, the naive client falls back the same way).
+
 Scenarios whose fault is on the client's side (a close that fails in lockgate's own
 transport, the neutral wire) have no wire the proxy could see; they are skipped, with the
 reason.
@@ -35,7 +50,7 @@ from typing import Any
 from ..errors import ResponseFailure
 from ..events import ToolCallStarted
 from ..providers import provider as registry_entry
-from ..scripted.scenario import Scenario
+from ..scripted.scenario import OtherClient, Scenario
 from ..sse import SSEDecoder, SSEFramer, canonical_frame
 from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS
@@ -45,7 +60,9 @@ __all__ = [
     "NAIVE_READ_TIMEOUT_SECONDS",
     "Answer",
     "ProxyLabResult",
+    "ProxyRun",
     "calls_seen",
+    "declaring",
     "proxy_lab_runs",
     "run_via_proxy",
     "skip_reason",
@@ -57,6 +74,13 @@ _HEADERS = {"authorization": f"Bearer {LAB_API_KEY}"}
 
 # The naive client's own silence limit (longer than the proxy's: the proxy decides first).
 NAIVE_READ_TIMEOUT_SECONDS = 1.5
+# The WebSocket opening handshake's headers (RFC 6455 4.1; the key is any 16 bytes, base64).
+_UPGRADE = {
+    "connection": "Upgrade",
+    "upgrade": "websocket",
+    "sec-websocket-version": "13",
+    "sec-websocket-key": "bGFiLW5haXZlLWNsaWVudA==",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +94,17 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
+class ProxyRun:
+    """One play through the proxy: a scenario on a protocol, the naive client sending the
+    requests `lockgate run` sent, or (`declared`) those requests with the tools of the
+    scenario's other client declared too."""
+
+    scenario: Scenario
+    provider: str
+    declared: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ProxyLabResult:
     scenario: Scenario
     provider: str
@@ -80,6 +115,9 @@ class ProxyLabResult:
     passed: int  # answers the proxy passed unchanged
     withheld: int  # answers the proxy ended with its error
     problems: tuple[str, ...]
+    declared: bool = False  # the requests declared the other client's tools too
+    expected_tools: int = 0  # what the naive client must execute through the proxy
+    upgrade: int | None = None  # the status its WebSocket upgrade got through the proxy
 
     @property
     def as_expected(self) -> bool:
@@ -99,23 +137,40 @@ def skip_reason(scenario: Scenario) -> str | None:
 
 def proxy_lab_runs(
     scenario: Scenario | None, providers: Sequence[str]
-) -> tuple[list[tuple[Scenario, str]], list[tuple[Scenario, str, str]]]:
-    """The (scenario, provider) runs to play through the proxy, and those skipped with
+) -> tuple[list[ProxyRun], list[tuple[Scenario, str, str]]]:
+    """The runs to play through the proxy, and the (scenario, provider) pairs skipped with
     their reason: every scenario (or the one named) on every asked provider with a
-    gateway."""
+    gateway, and once more with its tools declared where its other client declares
+    tools."""
     scenarios = SCENARIOS if scenario is None else (scenario,)
-    runs: list[tuple[Scenario, str]] = []
+    runs: list[ProxyRun] = []
     skipped: list[tuple[Scenario, str, str]] = []
     for candidate in scenarios:
         for name in providers:
             if not candidate.runs_on(name) or registry_entry(name).gateway is None:
                 continue
             reason = skip_reason(candidate)
-            if reason is None:
-                runs.append((candidate, name))
-            else:
+            if reason is not None:
                 skipped.append((candidate, name, reason))
+                continue
+            runs.append(ProxyRun(candidate, name))
+            if candidate.other_client.declares:
+                runs.append(ProxyRun(candidate, name, declared=True))
     return runs, skipped
+
+
+def declaring(request: Mapping[str, Any], other: OtherClient) -> dict[str, Any]:
+    """`request` with the other client's tools declared too: at the start of its `input`
+    in an `additional_tools` item (`in_input`, Codex's way), else after its `tools`."""
+    body = dict(request)
+    if other.in_input:
+        item = {"type": "additional_tools", "role": "developer", "tools": list(other.declares)}
+        items = body.get("input")
+        body["input"] = [item, *(items if isinstance(items, list) else [])]
+    else:
+        tools = body.get("tools")
+        body["tools"] = [*(tools if isinstance(tools, list) else []), *other.declares]
+    return body
 
 
 def calls_seen(provider: str, body: bytes) -> int:
@@ -164,13 +219,33 @@ def _content(provider: str, body: bytes) -> list[bytes]:
     return kept
 
 
-async def _naive(url: str, requests: Sequence[Mapping[str, Any]], provider: str) -> list[Answer]:
-    """The naive client: each request in turn, each answer read to its end."""
+@dataclass(frozen=True, slots=True)
+class _Played:
+    """What the naive client received: the status its WebSocket upgrade got (None: it
+    asked for none) and the answer to each request."""
+
+    upgrade: int | None
+    answers: list[Answer]
+
+
+async def _naive(
+    url: str, requests: Sequence[Mapping[str, Any]], *, websocket_first: bool = False
+) -> _Played:
+    """The naive client: a WebSocket upgrade first if asked (it falls back to HTTP
+    whatever the answer: it speaks no WebSocket), then each request in turn, each answer
+    read to its end."""
     import httpx2
 
     timeout = httpx2.Timeout(10.0, read=NAIVE_READ_TIMEOUT_SECONDS)
     answers: list[Answer] = []
+    upgrade: int | None = None
     async with httpx2.AsyncClient(timeout=timeout, trust_env=False) as http:
+        if websocket_first:
+            try:
+                response = await http.get(url, headers={**_HEADERS, **_UPGRADE})
+                upgrade = response.status_code
+            except httpx2.HTTPError:
+                upgrade = 0  # no answer at all
         for body in requests:
             received = bytearray()
             status = 0
@@ -183,23 +258,29 @@ async def _naive(url: str, requests: Sequence[Mapping[str, Any]], provider: str)
             except httpx2.HTTPError as exc:
                 ended = type(exc).__name__
             answers.append(Answer(status, bytes(received), ended))
-    return answers
+    return _Played(upgrade, answers)
 
 
-async def run_via_proxy(scenario: Scenario, provider: str) -> ProxyLabResult:
+async def run_via_proxy(
+    scenario: Scenario, provider: str, *, declared: bool = False
+) -> ProxyLabResult:
     """Play one scenario three ways (`lockgate run`, naive direct, naive through the proxy)
-    and judge what the naive client executed through the proxy."""
+    and judge what the naive client executed through the proxy (`declared`: its requests
+    declare the scenario's other client's tools too)."""
     from ..proxy import GatingOptions
     from ..proxy.server import ProxyConfig, ProxyRecord, serving
 
+    other = scenario.other_client
     reference = await run_scenario(scenario, "http", provider=provider)
-    requests = reference.requests
+    requests = [declaring(body, other) if declared else body for body in reference.requests]
+    expected = other.executes if declared else reference.tools_executed
+    websocket_first = other.websocket_first
     renderer = registry_entry(provider).render()
     where = renderer.path + (f"?{renderer.stream_query}" if renderer.stream_query else "")
     turns = scenario.turns()
     async with serve_script(turns, provider=provider) as server:
         origin = f"http://{server.host}:{server.port}"
-        direct = await _naive(origin + where, requests, provider)
+        direct = (await _naive(origin + where, requests, websocket_first=websocket_first)).answers
     records: list[ProxyRecord] = []
     gating = GatingOptions(
         idle_timeout=LAB_IDLE_TIMEOUT_SECONDS,
@@ -211,22 +292,36 @@ async def run_via_proxy(scenario: Scenario, provider: str) -> ProxyLabResult:
         upstream = f"http://{server.host}:{server.port}"
         config = ProxyConfig(upstream=upstream, gating=gating)
         async with serving(config, records.append) as running:
-            via = await _naive(running.url + where, requests, provider)
+            played = await _naive(running.url + where, requests, websocket_first=websocket_first)
         await server.settle()
+        # The naive client's one GET is its upgrade: the server must never see it (with or
+        # without its `upgrade` header, which a proxy would drop as hop-by-hop).
+        passed_on = [request for request in server.requests if request.method == "GET"]
+    via = played.answers
     for _ in range(50):  # the log line of the last request may follow its body
-        if len(records) >= len(requests):
+        if len(records) >= len(requests) + (1 if websocket_first else 0):
             break
         await asyncio.sleep(0.01)
     naive_tools = sum(calls_seen(provider, answer.body) for answer in via)
     direct_tools = sum(calls_seen(provider, answer.body) for answer in direct)
     problems: list[str] = []
-    if naive_tools != reference.tools_executed:
+    if naive_tools != expected:
         problems.append(
-            f"the naive client executed {naive_tools} tools through the proxy, "
+            f"the naive client executed {naive_tools} tools through the proxy with its tools "
+            f"declared, expected {expected}"
+            if declared
+            else f"the naive client executed {naive_tools} tools through the proxy, "
             f"lockgate run {reference.tools_executed}"
         )
+    if websocket_first and played.upgrade != 426:
+        problems.append(
+            f"the WebSocket upgrade was answered {played.upgrade} through the proxy, not 426"
+        )
+    if websocket_first and passed_on:
+        problems.append("the WebSocket upgrade reached the server through the proxy")
     passed = withheld = 0
-    outcomes = [record.outcome for record in records]
+    # The answers' log lines (the upgrade's, a GET, is not an answer to a request).
+    outcomes = [record.outcome for record in records if record.method == "POST"]
     for number, (through, plain) in enumerate(zip(via, direct, strict=False), 1):
         outcome = outcomes[number - 1] if number <= len(outcomes) else "unlogged"
         if outcome == "passed":
@@ -250,4 +345,7 @@ async def run_via_proxy(scenario: Scenario, provider: str) -> ProxyLabResult:
         passed=passed,
         withheld=withheld,
         problems=tuple(problems),
+        declared=declared,
+        expected_tools=expected,
+        upgrade=played.upgrade,
     )

@@ -9,10 +9,24 @@ bodies, rate-limit headers, the non-streaming answer, where a tool result goes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Literal, NoReturn, Protocol
 
-from .reply import Broken, Call, OpeningError, ProviderTool, Refuse, Reply, Say, Think
+from .reply import (
+    Broken,
+    Call,
+    Compaction,
+    CustomCall,
+    OpeningError,
+    Part,
+    ProviderTool,
+    Refuse,
+    Reply,
+    Say,
+    ShellCall,
+    Think,
+    responses_only,
+)
 
 Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
 
@@ -117,6 +131,12 @@ class ReplyBuilder(Protocol):
 
     def call(self, part: Call, number: int) -> None: ...
 
+    def custom_call(self, part: CustomCall, number: int) -> None: ...
+
+    def shell_call(self, part: ShellCall, number: int) -> None: ...
+
+    def compaction(self, part: Compaction, number: int) -> None: ...
+
     def provider_tool(self, part: ProviderTool, number: int) -> None: ...
 
     def broken(self, number: int) -> None:
@@ -139,8 +159,51 @@ def walk(reply: Reply, builder: ReplyBuilder) -> None:
             builder.refuse(part, number)
         elif isinstance(part, Call):
             builder.call(part, number)
+        elif isinstance(part, CustomCall):
+            builder.custom_call(part, number)
+        elif isinstance(part, ShellCall):
+            builder.shell_call(part, number)
+        elif isinstance(part, Compaction):
+            builder.compaction(part, number)
         elif isinstance(part, ProviderTool):
             builder.provider_tool(part, number)
         elif isinstance(part, Broken):
             builder.broken(number)
     builder.end(reply)
+
+
+class FunctionCallsOnly:
+    """Mixed into the `ReplyBuilder` of a protocol that has only function calls, without
+    namespaces, and no compaction items (Chat, Anthropic, Gemini): the parts only the
+    Responses protocol has raise ValueError naming the protocol (scenarios that use them
+    run on Responses only). Its `call` checks each call with `plain`."""
+
+    protocol_name: ClassVar[str]
+
+    def plain(self, part: Call) -> None:
+        """Raise if `part` is a call this protocol cannot express (one in a namespace)."""
+        what = responses_only(part)
+        if what is not None:
+            _inexpressible(self.protocol_name, what)
+
+    def custom_call(self, part: CustomCall, number: int) -> NoReturn:
+        _inexpressible(self.protocol_name, responses_only(part))
+
+    def shell_call(self, part: ShellCall, number: int) -> NoReturn:
+        _inexpressible(self.protocol_name, responses_only(part))
+
+    def compaction(self, part: Compaction, number: int) -> NoReturn:
+        _inexpressible(self.protocol_name, responses_only(part))
+
+
+def only_function_calls(parts: Iterable[Part], protocol_name: str) -> None:
+    """Raise ValueError if any of `parts` is one `protocol_name` cannot express (for a
+    renderer's answer that does not `walk` the reply)."""
+    for part in parts:
+        what = responses_only(part)
+        if what is not None:
+            _inexpressible(protocol_name, what)
+
+
+def _inexpressible(protocol_name: str, what: str | None) -> NoReturn:
+    raise ValueError(f"{protocol_name} cannot express {what}: a Responses-only reply part")

@@ -5,6 +5,13 @@ work) and how the stream ends; each provider's lab renderer (`providers/<name>/r
 turns it into that protocol's events, with the ids, indexes, fragments and terminal events
 the live API sends. Faults (`script.Faults`) then shape the bytes, the same for every
 protocol.
+
+Some parts only the Responses protocol has (`responses_only`): a call in a tool `namespace`,
+a custom (free-form) tool call, a `shell_call` the client executes itself, a `compaction`
+item. The other protocols' renderers refuse to render them (ValueError), and the scenarios
+that use them run on Responses only. lockgate's own loop declares none of those tools and
+refuses their calls (`unsupported_output`, `invalid_batch`); a client that declares them
+may run them (see `scenario.OtherClient`).
 """
 
 from __future__ import annotations
@@ -43,13 +50,15 @@ class Refuse:
 @dataclass(frozen=True, slots=True)
 class Call:
     """A function call. `cut=True`: the stream stops inside its arguments (after about half
-    of them), and nothing of the reply after it is sent."""
+    of them), and nothing of the reply after it is sent. `namespace`: the group of tools
+    its name belongs to (Responses `namespace` tools; "" for none)."""
 
     call_id: str
     name: str
     arguments: str | Mapping[str, Any] = "{}"
     pieces: int = 5
     cut: bool = False
+    namespace: str = ""
 
     @property
     def argument_text(self) -> str:
@@ -65,6 +74,44 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class CustomCall:
+    """A call of a custom (free-form) tool (Responses `custom_tool_call`): its `input` is
+    any text, streamed in `pieces` deltas. `cut=True`: the stream stops inside the input
+    (after about half of it), and nothing of the reply after it is sent. `namespace`: as a
+    function call's."""
+
+    call_id: str
+    name: str
+    input: str
+    pieces: int = 4
+    cut: bool = False
+    namespace: str = ""
+
+    @property
+    def sent_input(self) -> str:
+        """The input a stream of this call sends: all of it, or for a cut call the
+        fragments sent before the cut."""
+        return "".join(argument_pieces(self.input, self.pieces, cut=self.cut))
+
+
+@dataclass(frozen=True, slots=True)
+class ShellCall:
+    """A call of the built-in shell tool that the client executes itself (Responses
+    `shell_call`): its `commands`, stated whole when the item is done."""
+
+    call_id: str
+    commands: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """The provider's compaction of the conversation so far (Responses `compaction`):
+    provider output, opaque (`opaque`, which must come back unchanged), never a call."""
+
+    opaque: str = "gAAAAB-compacted-history-do-not-touch=="
+
+
+@dataclass(frozen=True, slots=True)
 class ProviderTool:
     """Work the provider did itself (a web search): provider-side output, never a local
     call. Protocols without such tools do not run scenarios that use it."""
@@ -77,7 +124,21 @@ class Broken:
     """A text event whose JSON is cut off (a malformed frame)."""
 
 
-Part = Say | Think | Refuse | Call | ProviderTool | Broken
+Part = Say | Think | Refuse | Call | CustomCall | ShellCall | Compaction | ProviderTool | Broken
+
+
+def responses_only(part: Part) -> str | None:
+    """What a part only the Responses protocol expresses is (None: every protocol can)."""
+    if isinstance(part, Call):
+        return "a call in a tool namespace" if part.namespace else None
+    if isinstance(part, CustomCall):
+        return "a custom (free-form) tool call"
+    if isinstance(part, ShellCall):
+        return "a client-executed shell_call"
+    if isinstance(part, Compaction):
+        return "a compaction item"
+    return None
+
 
 # complete: the protocol's terminal success; truncated: cut by the output-token limit;
 # error: the provider's in-stream error event; failed: the response reported failed;
@@ -117,15 +178,17 @@ class Reply:
 
     @property
     def calls(self) -> tuple[Call, ...]:
+        """The function calls (custom and shell calls are not among them)."""
         return tuple(part for part in self.parts if isinstance(part, Call))
 
     @property
     def sent_parts(self) -> tuple[Part, ...]:
-        """The parts actually sent: everything up to and including a cut call."""
+        """The parts actually sent: everything up to and including a cut call (a function
+        call or a custom tool call)."""
         sent: list[Part] = []
         for part in self.parts:
             sent.append(part)
-            if isinstance(part, Call) and part.cut:
+            if isinstance(part, Call | CustomCall) and part.cut:
                 break
         return tuple(sent)
 

@@ -53,6 +53,32 @@ class LabOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class OtherClient:
+    """What a client other than lockgate does in a scenario that `lockgate run` does not:
+    how `lockgate lab --via proxy`'s naive client plays it (`lab.via_proxy`).
+
+    `declares`: tools it declares beside lockgate's own, which `lockgate run` cannot (a
+    custom tool, a `namespace` group, a built-in tool it executes itself), as the protocol
+    declares them; in the request's `tools`, or with `in_input` as Codex's default model
+    declares them, in an `additional_tools` input item. The naive client plays the scenario
+    through the proxy once with the requests `lockgate run` sent (it must then execute
+    exactly what `lockgate run` executed: a call of an undeclared tool runs nowhere), and
+    once more with these declared in every request: it must then execute exactly
+    `executes` calls (the proxy releases a call of a declared tool in a batch it judged
+    whole).
+
+    `websocket_first`: before its first request it asks for a WebSocket at the request's
+    path (`GET` with `Upgrade: websocket`), as Codex's built-in provider does, and falls
+    back to HTTP when answered `426 Upgrade Required`; the proxy must answer so itself and
+    never pass the upgrade on."""
+
+    declares: tuple[Mapping[str, Any], ...] = ()
+    in_input: bool = False
+    executes: int = 0
+    websocket_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What a run showed beyond its outcome, for scenario-specific checks."""
 
@@ -72,7 +98,9 @@ def no_check(observation: Observation) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """`protocols`: the providers it runs on (None: every registered one)."""
+    """`protocols`: the providers it runs on (None: every registered one). `other_client`:
+    what a client other than lockgate does in it (the naive client of `lockgate lab --via
+    proxy`)."""
 
     name: str
     summary: str
@@ -82,6 +110,7 @@ class Scenario:
     options: LabOptions = LabOptions()
     check: Check = no_check
     protocols: frozenset[str] | None = None
+    other_client: OtherClient = OtherClient()
 
     def runs_on(self, provider: str) -> bool:
         return self.protocols is None or provider in self.protocols

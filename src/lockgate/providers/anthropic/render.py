@@ -18,7 +18,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ...scripted.renderer import Frame, StreamFlagRenderer, typed_sse_frame, walk
+from ...scripted.renderer import (
+    Frame,
+    FunctionCallsOnly,
+    StreamFlagRenderer,
+    typed_sse_frame,
+    walk,
+)
 from ...scripted.reply import (
     LAB_MODEL,
     Call,
@@ -311,8 +317,10 @@ def web_search_result(tool_id: str, query: str) -> dict[str, Any]:
     }
 
 
-class _Reply:
+class _Reply(FunctionCallsOnly):
     """A neutral reply, part by part, as the Anthropic Messages API streams it (`walk`)."""
+
+    protocol_name = "Anthropic Messages"
 
     def __init__(self, reply: Reply) -> None:
         self.builder = MessageBuilder(reply.response_id, reply.model, reply.usage).start()
@@ -330,6 +338,7 @@ class _Reply:
         self._refusal = part.text  # a stop reason with details, no content block
 
     def call(self, part: Call, number: int) -> None:
+        self.plain(part)
         self.builder.tool_use(
             part.call_id,
             part.name,

@@ -10,7 +10,13 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ...scripted.renderer import Frame, StreamFlagRenderer, walk
+from ...scripted.renderer import (
+    Frame,
+    FunctionCallsOnly,
+    StreamFlagRenderer,
+    only_function_calls,
+    walk,
+)
 from ...scripted.reply import (
     Call,
     OpeningError,
@@ -124,8 +130,10 @@ class ChunkBuilder:
         return Turn(events=tuple(self.events))
 
 
-class _Reply:
+class _Reply(FunctionCallsOnly):
     """A neutral reply, part by part, as OpenAI's Chat Completions streams it (`walk`)."""
+
+    protocol_name = "Chat Completions"
 
     def __init__(self, reply: Reply) -> None:
         self.builder = ChunkBuilder(reply.response_id, reply.model)
@@ -145,6 +153,7 @@ class _Reply:
             self.builder.chunk({"refusal": piece})
 
     def call(self, part: Call, number: int) -> None:
+        self.plain(part)
         self.builder.call(
             self._index, part.call_id, part.name, part.argument_text, part.pieces, cut=part.cut
         )
@@ -216,6 +225,7 @@ class ChatRenderer(StreamFlagRenderer):
         cut call), a cut call's arguments cut where the stream cuts them (not valid JSON,
         beside `finish_reason: "length"`), as OpenAI answers a request cut by the limit."""
         sent = reply.sent_parts
+        only_function_calls(sent, "Chat Completions")
         text = "".join(p.text for p in sent if isinstance(p, Say))
         refusal = "".join(p.text for p in sent if isinstance(p, Refuse))
         calls = [

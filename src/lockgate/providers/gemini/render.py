@@ -38,7 +38,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ...scripted.renderer import Frame, walk
+from ...scripted.renderer import Frame, FunctionCallsOnly, walk
 from ...scripted.reply import (
     LAB_MODEL,
     Call,
@@ -402,9 +402,11 @@ def base64_signature(opaque: str) -> str:
     return base64.b64encode(opaque.encode()).decode()
 
 
-class _Reply:
+class _Reply(FunctionCallsOnly):
     """A neutral reply, part by part, as the Gemini API streams it (`walk`; see the module
     docstring)."""
+
+    protocol_name = "Gemini"
 
     def __init__(self, reply: Reply) -> None:
         if reply.ending == "paused":
@@ -432,6 +434,7 @@ class _Reply:
             self.builder.text(part.text, 2, signature=self._take_signature())
 
     def call(self, part: Call, number: int) -> None:
+        self.plain(part)
         if self._stopped or part.cut:
             return  # calls arrive whole: one the output limit cut off never arrives
         arguments = _arguments_object(part)

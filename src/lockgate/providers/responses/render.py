@@ -1,7 +1,8 @@
 """The Responses protocol in the lab: replies rendered as the live API streams them, the
 non-streaming response object, OpenAI error bodies, and the scenarios only Responses has
 (its output snapshot, response identity, background mode, reasoning items, native
-continuation, provider-executed items).
+continuation, provider-executed items, and the shapes a client other than lockgate may run:
+custom tool calls, namespaced calls, client-executed `shell_call` items; `compaction` items).
 
 `ResponseBuilder` authors realistic streams: sequence numbers, item ids, content parts,
 argument fragments and per-item `.done` events, and complete `response` objects (every
@@ -16,12 +17,15 @@ from typing import Any, Literal
 from ...scripted.renderer import Frame, StreamFlagRenderer, typed_sse_frame, walk
 from ...scripted.reply import (
     Call,
+    Compaction,
+    CustomCall,
     OpeningError,
     ProviderTool,
     Refuse,
     Reply,
     ReplyUsage,
     Say,
+    ShellCall,
     Think,
     argument_pieces,
     argument_text,
@@ -278,6 +282,11 @@ class ResponseBuilder:
             {"type": "response.output_item.done", "output_index": index, "item": item}
         )
 
+    def compaction(self, item_id: str, opaque: str) -> ResponseBuilder:
+        """A `compaction` item (the provider's compaction of the conversation so far, its
+        `encrypted_content` opaque), added and done whole."""
+        return self.output_item({"id": item_id, "type": "compaction", "encrypted_content": opaque})
+
     def web_search(self, item_id: str, query: str) -> ResponseBuilder:
         """A provider-executed web search, with its progress events and complete item."""
         index = len(self.output)
@@ -356,8 +365,8 @@ class _Reply:
     def __init__(self, reply: Reply) -> None:
         self.builder = ResponseBuilder(reply.response_id, reply.model).created()
         self._suffix = reply.response_id.removeprefix("resp_")
-        # A cut call's item, as the whole response states it: the arguments the stream sent
-        # before the cut, `status: "incomplete"`.
+        # A cut call's item, as the whole response states it: the arguments (a custom call's
+        # input) the stream sent before the cut, `status: "incomplete"`.
         self.cut_items: list[dict[str, Any]] = []
 
     def say(self, part: Say, number: int) -> None:
@@ -373,16 +382,7 @@ class _Reply:
     def call(self, part: Call, number: int) -> None:
         item_id = f"fc_{self._suffix}_{number}"
         if part.cut:
-            self.cut_items.append(
-                {
-                    "id": item_id,
-                    "type": "function_call",
-                    "call_id": part.call_id,
-                    "name": part.name,
-                    "arguments": part.sent_argument_text,
-                    "status": "incomplete",
-                }
-            )
+            self._cut_item(item_id, "function_call", part, {"arguments": part.sent_argument_text})
         self.builder.call(
             item_id,
             part.call_id,
@@ -390,7 +390,36 @@ class _Reply:
             part.argument_text,
             part.pieces,
             finish=not part.cut,
+            namespace=part.namespace or None,
         )
+
+    def custom_call(self, part: CustomCall, number: int) -> None:
+        item_id = f"ctc_{self._suffix}_{number}"
+        if part.cut:
+            self._cut_item(item_id, "custom_tool_call", part, {"input": part.sent_input})
+        self.builder.custom_call(
+            item_id,
+            part.call_id,
+            part.name,
+            part.input,
+            part.pieces,
+            finish=not part.cut,
+            namespace=part.namespace or None,
+        )
+
+    def _cut_item(
+        self, item_id: str, kind: str, part: Call | CustomCall, sent: dict[str, str]
+    ) -> None:
+        item = {"id": item_id, "type": kind, "call_id": part.call_id, "name": part.name}
+        if part.namespace:
+            item["namespace"] = part.namespace
+        self.cut_items.append({**item, **sent, "status": "incomplete"})
+
+    def shell_call(self, part: ShellCall, number: int) -> None:
+        self.builder.shell_call(f"sh_{self._suffix}_{number}", part.call_id, list(part.commands))
+
+    def compaction(self, part: Compaction, number: int) -> None:
+        self.builder.compaction(f"cmp_{self._suffix}_{number}", part.opaque)
 
     def provider_tool(self, part: ProviderTool, number: int) -> None:
         self.builder.web_search(f"ws_{self._suffix}_{number}", part.query)
@@ -449,8 +478,9 @@ class ResponsesRenderer(StreamFlagRenderer):
 
     def completion(self, reply: Reply) -> dict[str, Any]:
         """The response object the stream ends with, holding what the stream sent: a call
-        the stream cut is in its output as sent (arguments cut, not valid JSON; `status:
-        "incomplete"`), as the API answers a response cut by `max_output_tokens`."""
+        the stream cut is in its output as sent (arguments cut, not valid JSON, or a custom
+        call's input cut; `status: "incomplete"`), as the API answers a response cut by
+        `max_output_tokens`."""
         stream = _rendered(reply)
         builder = stream.builder
         terminal = builder.events[-1] if builder.events else {}

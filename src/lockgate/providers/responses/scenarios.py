@@ -1,5 +1,13 @@
 """The Responses provider's own lab scenarios: the rules and quirks only this protocol has,
-beside the neutral scenarios every protocol runs (`lockgate.lab.scenarios`)."""
+beside the neutral scenarios every protocol runs (`lockgate.lab.scenarios`).
+
+Among them, the shapes the agents people run produce (issue 23): custom (free-form) tool
+calls, calls in a tool `namespace`, client-executed `shell_call` items, `compaction` items and
+a client that asks for a WebSocket first. lockgate declares none of those tools, so
+`lockgate run` refuses their calls (`unsupported_output`, `invalid_batch`); each scenario
+also says what a client that declares them does (`OtherClient`), which `lockgate lab --via
+proxy` plays through the proxy: the call runs only when its tool is declared and its batch
+is whole and valid."""
 
 from __future__ import annotations
 
@@ -8,18 +16,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...errors import FailureKind
+from ...fixture import EDIT
 from ...scripted.renderer import Frame
+from ...scripted.reply import Call, Compaction, CustomCall, Reply, Say, ShellCall
 from ...scripted.scenario import (
     EDIT_FIX,
     LabOptions,
     Observation,
+    OtherClient,
     Scenario,
     answered,
     failure,
     finished,
     own,
+    reply_turn,
+    text_turn,
 )
 from ...scripted.script import Faults, Turn
+from .codec import encode_tool
 from .options import ResponsesOptions
 from .render import (
     ResponseBuilder,
@@ -320,6 +334,86 @@ def lifecycle_violation_turns() -> list[Turn]:
     return [Turn(events=tuple(events))]
 
 
+# --- what a client other than lockgate may run ----------------------------------------------
+
+# The fix as one command for a custom (free-form) tool: Codex's default model acts only
+# through its custom tool `exec`, declared in an `additional_tools` input item.
+EXEC_INPUT = "sed -i 's/return a - b/return a + b/' calculator.py"
+EXEC_TOOL: dict[str, Any] = {
+    "type": "custom",
+    "name": "exec",
+    "description": "Run a shell command in the project.",
+    "format": {"type": "text"},
+}
+# An MCP server's tools, grouped in a namespace (as Codex sends MCP tools): lockgate's own
+# edit tool, declared there.
+FILES_NAMESPACE = "files"
+FILES_TOOLS: dict[str, Any] = {
+    "type": "namespace",
+    "name": FILES_NAMESPACE,
+    "description": "The project's files.",
+    "tools": [encode_tool(EDIT)],
+}
+SHELL_TOOL: dict[str, Any] = {"type": "shell"}  # OpenAI's shell tool, run by the client
+FIXING_TEXT = Say("I'll fix the bug now.")
+
+
+def _answer(response_id: str) -> Turn:
+    """What the model answers once the client sent its call's result."""
+    return text_turn(response_id, "Fixed: `add` now adds.")
+
+
+def custom_call_turns() -> list[Turn]:
+    reply = Reply("resp_custom", (FIXING_TEXT, CustomCall("call_exec", "exec", EXEC_INPUT)))
+    return [reply_turn(reply), _answer("resp_custom_2")]
+
+
+def custom_call_cut_turns() -> list[Turn]:
+    call = CustomCall("call_exec", "exec", EXEC_INPUT, cut=True)
+    return [reply_turn(Reply("resp_custom_cut", (FIXING_TEXT, call), "open"))]
+
+
+def namespaced_call_turns() -> list[Turn]:
+    call = Call("call_files_edit", "edit", EDIT_FIX, namespace=FILES_NAMESPACE)
+    return [reply_turn(Reply("resp_namespaced", (FIXING_TEXT, call))), _answer("resp_ns_2")]
+
+
+def custom_beside_invalid_turns() -> list[Turn]:
+    missing_new = {"path": "calculator.py", "old": "return a - b"}
+    calls = (CustomCall("call_exec", "exec", EXEC_INPUT), Call("call_edit", "edit", missing_new))
+    return [reply_turn(Reply("resp_custom_mixed", (FIXING_TEXT, *calls)))]
+
+
+def compaction_turns() -> list[Turn]:
+    reply = Reply(
+        "resp_compacted", (Compaction(), FIXING_TEXT, Call("call_edit", "edit", EDIT_FIX))
+    )
+    return [reply_turn(reply), _answer("resp_compacted_2")]
+
+
+def check_compaction(observation: Observation) -> list[str]:
+    items = list(observation.requests[1].get("input", []))
+    types = [item.get("type") for item in items]
+    if "compaction" not in types:
+        return ["the compaction item was not replayed"]
+    replayed = items[types.index("compaction")]
+    if replayed.get("encrypted_content") != Compaction().opaque:
+        return ["the compaction item was not replayed unchanged"]
+    if types.index("compaction") > types.index("function_call"):
+        return ["the compaction item lost its place before the call"]
+    return []
+
+
+def shell_call_turns() -> list[Turn]:
+    reply = Reply("resp_shell", (FIXING_TEXT, ShellCall("call_shell", (EXEC_INPUT,))))
+    return [reply_turn(reply), _answer("resp_shell_2")]
+
+
+def websocket_turns() -> list[Turn]:
+    reply = Reply("resp_websocket", (FIXING_TEXT, Call("call_edit", "edit", EDIT_FIX)))
+    return [reply_turn(reply), _answer("resp_websocket_2")]
+
+
 _FIXED = finished(2, 1, fixed=True)
 
 SCENARIOS: tuple[Scenario, ...] = own(
@@ -439,6 +533,61 @@ SCENARIOS: tuple[Scenario, ...] = own(
         native_continuation_turns,
         options=LabOptions(provider_options=ResponsesOptions(continuation="native")),
         check=check_native_continuation,
+    ),
+    Scenario(
+        "custom-tool-call",
+        "a complete custom (free-form) tool call: lockgate declares no custom tool; "
+        "through the proxy it runs where the request declares it",
+        failure(FailureKind.UNSUPPORTED_OUTPUT, closed_early=0),
+        custom_call_turns,
+        other_client=OtherClient((EXEC_TOOL,), in_input=True, executes=1),
+    ),
+    Scenario(
+        "custom-tool-call-cut",
+        "the stream ends cleanly inside a custom tool call's input: nothing runs, declared or not",
+        failure(FailureKind.STREAM_ENDED, closed_early=0),
+        custom_call_cut_turns,
+        other_client=OtherClient((EXEC_TOOL,), in_input=True, executes=0),
+    ),
+    Scenario(
+        "namespaced-call",
+        "an edit called in a tool namespace (files.edit): not one of lockgate's tools; "
+        "through the proxy it runs where the request declares that namespace",
+        failure(FailureKind.INVALID_BATCH, closed_early=0),
+        namespaced_call_turns,
+        other_client=OtherClient((FILES_TOOLS,), in_input=True, executes=1),
+    ),
+    Scenario(
+        "custom-call-beside-invalid-call",
+        "a valid custom tool call, then an edit missing an argument: nothing runs, the "
+        "custom tool declared or not",
+        failure(FailureKind.UNSUPPORTED_OUTPUT, closed_early=0),
+        custom_beside_invalid_turns,
+        other_client=OtherClient((EXEC_TOOL,), in_input=True, executes=0),
+    ),
+    Scenario(
+        "compaction-item",
+        "a compaction item before an edit: provider output, accepted, replayed in place, "
+        "never executed",
+        _FIXED,
+        compaction_turns,
+        check=check_compaction,
+    ),
+    Scenario(
+        "shell-call",
+        "a shell_call the client executes itself: lockgate runs no shell; through the proxy "
+        "it runs where the request declares the shell tool",
+        failure(FailureKind.UNSUPPORTED_OUTPUT, closed_early=0),
+        shell_call_turns,
+        other_client=OtherClient((SHELL_TOOL,), executes=1),
+    ),
+    Scenario(
+        "websocket-upgrade",
+        "the client asks for a WebSocket first (Codex): answered 426, it falls back to "
+        "HTTP; the edit runs",
+        _FIXED,
+        websocket_turns,
+        other_client=OtherClient(websocket_first=True),
     ),
     Scenario(
         "lifecycle-violation",
