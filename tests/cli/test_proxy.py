@@ -44,7 +44,7 @@ LINE = re.compile(r"(\S+) (\S+) (\S+) (.+) (\d{3}) (\d+) ms")
 
 BAD = {
     ("proxy",): (
-        "lockgate proxy: error: the following arguments are required: --upstream "
+        "lockgate proxy: error: one of the arguments --upstream --config is required "
         "(see lockgate proxy --help)"
     ),
     ("proxy", "--upstream", "https://api.example/v1?key=1"): (

@@ -461,16 +461,54 @@ def _add_cassette(commands: argparse._SubParsersAction[Any], providers: list[str
     )
 
 
+_retry_count = _number(int, "a whole number", lambda v: 0 <= v <= 10, "must be between 0 and 10")
+
+
 def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     proxy = commands.add_parser(
-        "proxy", help="gate one provider's responses for any client (an HTTP proxy)"
+        "proxy", help="gate every provider's responses for any client (an HTTP proxy)"
     )
-    proxy.add_argument(
+    source = proxy.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--upstream",
-        required=True,
         type=upstream_url,
         metavar="URL",
-        help="the provider's origin, e.g. https://api.openai.com (request paths appended)",
+        help="the provider's origin, e.g. https://api.openai.com (request paths appended): "
+        "one route, set by the flags below",
+    )
+    source.add_argument(
+        "--config",
+        type=_nonempty_path,
+        metavar="FILE",
+        help="a YAML file naming the routes, their upstreams, keys, gating and retries",
+    )
+    proxy.add_argument(
+        "--check",
+        action="store_true",
+        help="print the effective routes and settings (no secret) and exit",
+    )
+    proxy.add_argument(
+        "--workers",
+        type=positive_int,
+        metavar="N",
+        help="serve from N processes under gunicorn (needs lockgate[server]); metrics are "
+        "summed over them",
+    )
+    proxy.add_argument(
+        "--retries",
+        type=_retry_count,
+        default=0,
+        metavar="N",
+        help="with --upstream: send a request again, up to N times, when its answer was "
+        "refused for a transient reason before any of it reached the client (default 0)",
+    )
+    proxy.add_argument(
+        "--retry-max-wait",
+        type=_positive_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="with --upstream: the longest server-requested wait honoured; longer is "
+        "neither waited nor passed on, the client is told not to retry (default 60)",
     )
     proxy.add_argument(
         "--host",

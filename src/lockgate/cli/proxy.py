@@ -39,9 +39,11 @@ from .codes import EXIT_OK, EXIT_OUTPUT, UsageError
 from .process import SECRETS
 
 if TYPE_CHECKING:
+    from ..credentials import Redactor
+    from ..proxy.config import ProxySettings
     from ..proxy.server import ProxyRecord
 
-__all__ = ["check_proxy_options", "proxy", "record_line"]
+__all__ = ["check_proxy_options", "proxy", "record_line", "record_output", "routes_line"]
 
 
 def check_proxy_options(args: argparse.Namespace) -> str:
@@ -107,6 +109,29 @@ def _read_secret(variable: str, what: str) -> str:
     return value
 
 
+def record_output(record: ProxyRecord, as_json: bool, redact: Redactor) -> str:
+    """One request as `lockgate proxy` prints it: a JSON line (`--json`), or the human line,
+    redacted and escaped."""
+    from ..display import visible
+
+    if not as_json:
+        return visible(redact(record_line(record)), multiline=False)
+    value = {
+        "event": "request",
+        "method": record.method,
+        "path": record.path,
+        "route": record.route,
+        "protocol": record.protocol,
+        "outcome": record.outcome,
+        "withheld": record.withheld,
+        "reason": record.reason,
+        "status": record.status,
+        "duration_ms": round(record.duration * 1000, 1),
+        "retries": record.retries,
+    }
+    return json.dumps(redact.redact_value(value))
+
+
 def record_line(record: ProxyRecord) -> str:
     """One request as the human log prints it (before redaction and escaping)."""
     outcome: str = record.outcome
@@ -122,41 +147,86 @@ def record_line(record: ProxyRecord) -> str:
 
 
 def proxy(args: argparse.Namespace) -> int:
-    from .run import check_recording
+    from ..proxy.config import ConfigError, describe, listen_problem, resolve_secrets
 
-    host = check_proxy_options(args)
-    redact = tuple(check_recording(args))  # `--record DIR`, `--redact-env NAME`: usage first
-    api_key = _read_secret(args.api_key_env, "API key") if args.api_key_env else None
-    token = _read_secret(args.client_token_env, "client token") if args.client_token_env else None
-    return asyncio.run(_serve(args, host, api_key, token, redact))
+    if args.config is not None:
+        settings = _file_settings(args)
+        problem = listen_problem(settings)
+        if problem is not None:
+            raise UsageError(f"{args.config}: {problem}")
+        try:
+            resolved, values, variables = resolve_secrets(settings)
+        except ConfigError as exc:
+            raise UsageError(f"{args.config}: {exc}; the proxy did not start") from None
+        if args.check:
+            for line in describe(settings):
+                print(one_line(line))
+            return EXIT_OK
+        for value in values:
+            SECRETS.append(value)
+        for variable in variables:
+            process.forget_variable(variable)
+        if values:
+            process.protect_process_memory()
+    else:
+        from .run import check_recording
+
+        host = check_proxy_options(args)
+        redact = tuple(check_recording(args))  # `--record DIR`, `--redact-env NAME` first
+        api_key = _read_secret(args.api_key_env, "API key") if args.api_key_env else None
+        token = (
+            _read_secret(args.client_token_env, "client token") if args.client_token_env else None
+        )
+        resolved = _flag_settings(args, host, api_key, token, redact)
+        if args.check:
+            for line in describe(resolved):
+                print(one_line(line))
+            return EXIT_OK
+    if args.workers is not None:
+        from .workers import serve_workers
+
+        return serve_workers(args, resolved)
+    return asyncio.run(_serve(args, resolved))
 
 
-def _quiet_aiohttp() -> None:
-    """aiohttp logs a client's malformed request with a traceback on Python's last-resort
-    handler: the proxy answers it (400) and says nothing more."""
-    import logging
+# The flags that set what a config file sets: refused beside `--config`.
+_FILE_SETTINGS = (
+    "api_key_env",
+    "client_token_env",
+    "allow_host",
+    "key_on_any_path",
+    "record",
+)
 
-    for name in ("aiohttp",):
-        logger = logging.getLogger(name)
-        logger.addHandler(logging.NullHandler())
-        logger.propagate = False
+
+def _file_settings(args: argparse.Namespace) -> ProxySettings:
+    from ..proxy.config import ConfigError, load_settings
+
+    given = [
+        "--" + name.replace("_", "-")
+        for name in _FILE_SETTINGS
+        if getattr(args, name, None) not in (None, False, [], ())
+    ]
+    if given:
+        raise UsageError(f"{', '.join(given)}: set in the config file, not beside --config")
+    try:
+        return load_settings(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
-async def _serve(
+def _flag_settings(
     args: argparse.Namespace,
     host: str,
     api_key: str | None,
     token: str | None,
-    secrets: tuple[str, ...] = (),
-) -> int:
-    from ..cassette.format import CassetteError
-    from ..credentials import Redactor
-    from ..display import visible
+    redact: tuple[str, ...],
+) -> ProxySettings:
+    """The one route the flags describe."""
     from ..gate import GateLimits
     from ..proxy import GatingOptions
-    from ..proxy.server import ProxyConfig, serving
+    from ..proxy.config import ProxyConfig, RouteRetries
 
-    redact = Redactor(SECRETS)
     gating = GatingOptions(
         limits=GateLimits(**{name: getattr(args, name) for name in LIMIT_HELP}),
         idle_timeout=args.idle_timeout,
@@ -174,12 +244,43 @@ async def _serve(
         client_token=token,
         max_streams=args.max_streams,
         record=getattr(args, "record", None),
-        redact=secrets,
+        redact=redact,
         allow_hosts=tuple(args.allow_host),
         key_on_any_path=args.key_on_any_path,
         head_timeout=args.head_timeout,
         max_held_bytes=args.max_held_bytes,
+        retries=RouteRetries(args.retries, args.retry_max_wait),
     )
+    return config.settings()
+
+
+def routes_line(settings: ProxySettings) -> str:
+    """Where each route goes: `UPSTREAM` for one route on every path, else `PREFIX ->
+    UPSTREAM, …` (no secret)."""
+    routes = settings.routes
+    if len(routes) == 1 and not routes[0].prefix:
+        return one_line(routes[0].upstream.url)
+    return ", ".join(f"{route.prefix} -> {one_line(route.upstream.url)}" for route in routes)
+
+
+def _quiet_aiohttp() -> None:
+    """aiohttp logs a client's malformed request with a traceback on Python's last-resort
+    handler: the proxy answers it (400) and says nothing more."""
+    import logging
+
+    for name in ("aiohttp",):
+        logger = logging.getLogger(name)
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+
+
+async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
+    from ..cassette.format import CassetteError
+    from ..credentials import Redactor
+    from ..display import visible
+    from ..proxy.server import serving
+
+    redact = Redactor(SECRETS)
     _quiet_aiohttp()
     failed: list[OSError] = []
 
@@ -199,35 +300,22 @@ async def _serve(
             if failed:
                 return
             try:
-                if args.json:
-                    value = {
-                        "event": "request",
-                        "method": record.method,
-                        "path": record.path,
-                        "protocol": record.protocol,
-                        "outcome": record.outcome,
-                        "withheld": record.withheld,
-                        "reason": record.reason,
-                        "status": record.status,
-                        "duration_ms": round(record.duration * 1000, 1),
-                    }
-                    emit(json.dumps(redact.redact_value(value)))
-                else:
-                    emit(visible(redact(record_line(record)), multiline=False))
+                emit(record_output(record, args.json, redact))
             except OSError as exc:  # stdout closed or full: stop serving, report it
                 failed.append(exc)
                 interrupted.set()
 
-        context = serving(config, log, warn)
+        context = serving(settings, log, warn)
         try:
             running = await context.__aenter__()
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
-            raise UsageError(f"cannot listen on {host}:{args.port}: {reason}") from None
+            where = f"{settings.host}:{settings.port}"
+            raise UsageError(f"cannot listen on {where}: {reason}") from None
         except CassetteError as exc:  # the --record folder went away since it was checked
             raise UsageError(str(exc)) from None
         try:
-            upstream = one_line(args.upstream)
+            upstream = routes_line(settings)
             if args.json:
                 emit(json.dumps({"event": "listening", "url": running.url, "upstream": upstream}))
             else:

@@ -56,7 +56,9 @@ __all__ = [
     "SecretSource",
     "UpstreamSettings",
     "describe",
+    "listen_problem",
     "load_settings",
+    "resolve_secrets",
     "settings_from_text",
     "upstream_problem",
 ]
@@ -650,6 +652,58 @@ def _gating(reader: _Reader, entries: Mapping[str, _Node]) -> GatingOptions:
         )
     hold_value: Hold = options.pop("hold", "tools")
     return GatingOptions(hold=hold_value, **options)
+
+
+def resolve_secrets(
+    settings: ProxySettings, environ: Mapping[str, str] | None = None
+) -> tuple[ProxySettings, list[str], list[str]]:
+    """The settings with every secret read (each source a `value` now), the secrets, and
+    the environment variables they came from (for the caller to forget). ConfigError (one
+    line, never quoting a secret) for one that cannot be read."""
+    values: list[str] = []
+    variables: list[str] = []
+
+    def read(source: SecretSource | None, where: str) -> SecretSource | None:
+        if source is None:
+            return None
+        try:
+            value = source.read(environ)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        values.append(value)
+        if source.env is not None:
+            variables.append(source.env)
+        return SecretSource(value=value)
+
+    routes = []
+    for route in settings.routes:
+        upstreams = [
+            replace(upstream, key=read(upstream.key, f"route {route.name}: key"))
+            for upstream in (route.upstream, *route.fallbacks)
+        ]
+        routes.append(replace(route, upstream=upstreams[0], fallbacks=tuple(upstreams[1:])))
+    token = read(settings.client_token, "client_token")
+    return replace(settings, routes=tuple(routes), client_token=token), values, variables
+
+
+def listen_problem(settings: ProxySettings) -> str | None:
+    """Why a proxy may not listen where its settings say (None: it may): beyond loopback
+    only with `allow_remote`, and then with a client token when it holds a key (or it
+    would be an open relay with the key)."""
+    import ipaddress
+
+    address = "127.0.0.1" if settings.host == "localhost" else settings.host
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    if not settings.allow_remote:
+        return f"listen.host {settings.host} is not a loopback address: set allow_remote: true"
+    if settings.holds_keys and settings.client_token is None:
+        return "a proxy that holds a key and listens beyond loopback needs a client_token"
+    return None
 
 
 # --- saying what it means ---------------------------------------------------------------------

@@ -191,25 +191,30 @@ class HeldBudget:
     """The bytes that every gated stream of one process may hold at once (the frames held
     until a response ends). A stream whose next frame does not fit is refused
     (`bound_exceeded`, transient: a new request may find room); the others go on. Each
-    stream gives back what it took when it ends, however it ends. One event loop: not
-    thread-safe."""
+    stream gives back what it took when it ends, however it ends. `on_change` hears every
+    new total (the proxy's metrics). One event loop: not thread-safe."""
 
-    __slots__ = ("held", "limit")
+    __slots__ = ("held", "limit", "on_change")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_change: Callable[[int], None] | None = None) -> None:
         if limit < 1:
             raise ValueError("a held-bytes budget must be at least 1 byte")
         self.limit = limit
         self.held = 0  # held now, by every stream
+        self.on_change = on_change
 
     def take(self, size: int) -> bool:
         if self.held + size > self.limit:
             return False
         self.held += size
+        if self.on_change is not None:
+            self.on_change(self.held)
         return True
 
     def give(self, size: int) -> None:
         self.held = max(0, self.held - size)
+        if self.on_change is not None:
+            self.on_change(self.held)
 
 
 class _Judge:

@@ -69,6 +69,7 @@ class Flow:
     started: float
     route: str = ""
     upstream_path: str = ""  # the path sent upstream (the route's prefix removed)
+    admitted: bool = False  # the proxy took it (hooks were told it started)
     outcome: Outcome = "error"
     withheld: int = 0
     reason: str | None = None
@@ -159,6 +160,7 @@ def notify_done(hooks: Sequence[FlowHook], flow: Flow) -> None:
 
 
 def notify_started(hooks: Sequence[FlowHook], flow: Flow) -> None:
+    flow.admitted = True
     for hook in hooks:
         with contextlib.suppress(Exception):
             hook.started(flow)

@@ -212,6 +212,14 @@ class ProxyServer:
         self.hooks: list[FlowHook] = list(hooks)
         if log is not None:
             self.hooks.insert(0, LogHook(log, self.redact))
+        self.metrics: Callable[[], tuple[bytes, str]] | None = None  # `GET /metrics`
+        if settings.metrics:
+            from .metrics import ProxyMetrics
+
+            series = ProxyMetrics()
+            self.hooks.append(series)
+            self.metrics = series.render
+            self.held.on_change = series.held_bytes
         self.session: aiohttp.ClientSession | None = None
         self.parser: concurrent.futures.ThreadPoolExecutor | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
@@ -229,7 +237,6 @@ class ProxyServer:
             if settings.record is not None
             else None
         )
-        self.metrics: Callable[[], tuple[bytes, str]] | None = None  # `metrics.py` sets it
 
     # --- the application ---------------------------------------------------------------
 
@@ -337,7 +344,7 @@ class ProxyServer:
         except PathProblem as exc:
             path, path_problem = raw_path, str(exc)
         if path_problem is None and path in RESERVED_PATHS:
-            return self._reserved(request, path)
+            return self.handle_reserved(request, path)
         query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
         served = self._route_of(path) if path_problem is None else None
         runtime, forwarded = served if served is not None else (self.routes[0], path)
@@ -444,7 +451,7 @@ class ProxyServer:
             return 503, f"the proxy is at its limit of {self.settings.max_streams} requests"
         return None
 
-    def _reserved(self, request: web.Request, path: str) -> web.Response:
+    def handle_reserved(self, request: web.Request, path: str) -> web.Response:
         """The proxy's own paths: health, readiness, metrics (never forwarded)."""
         if request.method not in ("GET", "HEAD"):
             return web.json_response(

@@ -1,0 +1,191 @@
+"""Retries of what the client never saw (issue 24): a route may send a protocol request
+again, or to a fall-back upstream, when its answer was refused for a transient reason
+before anything of it reached the client; never once content went out. Each case is the
+scripted server's turns in order (the faults a gateway benchmark plays: a 429 with
+`retry-after`, a 500 once, a reset before the head, a 503 that persists with a fall-back,
+silence, a cut mid-answer), with what the client received and what the proxy recorded."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+import openai
+import pytest
+
+from lockgate.proxy.config import RouteRetries
+from lockgate.proxy.server import ProxyConfig, ProxyRecord, serving
+from lockgate.scripted.reply import Call, OpeningError, Reply, Say
+from lockgate.scripted.script import Faults, Turn
+
+from ..helpers import EDIT
+from .support import ends_with_refusal, request_for, tool_events
+from .test_server import call_reply, gating, origin, scripted
+
+PATH = "/v1/chat/completions"
+ACCEPTED = call_reply(Call("call_1", "edit", EDIT))
+TEXT = Turn(reply=Reply("r_text", (Say("All fixed."),)))
+
+
+def retries(attempts: int = 2, max_wait: float = 5.0) -> RouteRetries:
+    return RouteRetries(attempts, max_wait)
+
+
+async def post(url: str, body: object | None = None) -> tuple[int, dict[str, str], bytes]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url + PATH, json=body or request_for("chat")) as response,
+    ):
+        return response.status, dict(response.headers), await response.read()
+
+
+def _text(body: bytes) -> str:
+    """The text a Chat client read of a stream."""
+    text = ""
+    for line in body.split(b"\n"):
+        if line.startswith(b"data: {"):
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices") or []:
+                text += (choice.get("delta") or {}).get("content") or ""
+    return text
+
+
+def rate_limited(wait: str = "0") -> Turn:
+    error = OpeningError(429, "rate_limit", "Rate limit reached; try again shortly")
+    return Turn(error=error, headers={"retry-after": wait})
+
+
+def server_error() -> Turn:
+    return Turn(error=OpeningError(500, "server", "The server had an error"))
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        rate_limited("0"),
+        server_error(),
+        Turn(connection_error=True),  # a reset before the head
+        Turn(reply=ACCEPTED.reply, faults=Faults(reset_after=1)),  # a reset after the start
+        Turn(reply=ACCEPTED.reply, faults=Faults(stall_after=1, stall_seconds=30)),  # silence
+    ],
+    ids=["429-once", "500-once", "reset-before-head", "reset-before-content", "silence"],
+)
+async def test_a_transient_failure_the_client_never_saw_is_retried(first: Turn) -> None:
+    async with scripted(
+        "chat", [first, ACCEPTED], retries=retries(), gating=gating(idle_timeout=1.0)
+    ) as (server, proxied):
+        status, _headers, body = await post(proxied.proxy.url)
+    assert status == 200
+    assert b'"edit"' in body  # the second attempt's calls, released
+    assert b"error" not in body  # nothing of the first attempt reached the client
+    assert len(server.requests) == 2
+    [record] = proxied.records
+    assert (record.outcome, record.retries) == ("passed", 1)
+
+
+async def test_content_already_sent_is_never_retried() -> None:
+    # The text went out, then the stream was cut: the client saw it; the proxy refuses.
+    cut = Turn(reply=ACCEPTED.reply, faults=Faults(reset_after=6))
+    async with scripted("chat", [cut, ACCEPTED], retries=retries()) as (server, proxied):
+        status, _, body = await post(proxied.proxy.url)
+    assert status == 200
+    assert _text(body).startswith("Fixing")  # text went out before the cut
+    assert ends_with_refusal(body, "chat")
+    assert tool_events(body) == []
+    assert len(server.requests) == 1
+    assert proxied.records[0].retries == 0
+
+
+async def test_a_final_refusal_after_spent_retries_says_do_not_retry() -> None:
+    async with scripted(
+        "chat", [server_error(), server_error(), server_error()], retries=retries(2)
+    ) as (server, proxied):
+        status, headers, _body = await post(proxied.proxy.url)
+    assert status == 500
+    assert headers.get("x-should-retry") == "false"
+    assert len(server.requests) == 3
+    assert proxied.records[0].retries == 2
+
+
+async def test_a_terminal_error_is_never_retried() -> None:
+    quota = Turn(error=OpeningError(429, "quota", "You exceeded your current quota"))
+    async with scripted("chat", [quota, ACCEPTED], retries=retries()) as (server, proxied):
+        status, _, _ = await post(proxied.proxy.url)
+    assert status == 429
+    assert len(server.requests) == 1
+
+
+async def test_a_wait_longer_than_the_route_waits_is_neither_waited_nor_passed_on() -> None:
+    async with scripted("chat", [rate_limited("3600"), ACCEPTED], retries=retries(2, 30.0)) as (
+        server,
+        proxied,
+    ):
+        status, headers, body = await post(proxied.proxy.url)
+    assert status == 429
+    assert "retry-after" not in {name.lower() for name in headers}
+    assert headers.get("x-should-retry") == "false"
+    message = json.loads(body)["error"]["message"]
+    assert "asks to wait 3600 s" in message
+    assert "longer than this route waits (30 s)" in message
+    assert len(server.requests) == 1
+
+
+async def test_without_retries_a_long_wait_is_not_passed_on_either() -> None:
+    # The Anthropic SDK slept an hour on `retry-after: 3600` through the proxy.
+    async with scripted("chat", [rate_limited("3600")]) as (_, proxied):
+        status, headers, _ = await post(proxied.proxy.url)
+    assert status == 429
+    assert headers.get("x-should-retry") == "false"
+    assert "retry-after" not in {name.lower() for name in headers}
+
+
+async def test_the_openai_sdk_through_a_retrying_route_sees_no_failure() -> None:
+    async with scripted("chat", [rate_limited("0"), TEXT], retries=retries()) as (_, proxied):
+        client = openai.AsyncOpenAI(
+            base_url=proxied.proxy.url + "/v1", api_key="sk-test-unused", max_retries=0
+        )
+        stream = await client.chat.completions.create(
+            model="lab-model", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+        text = "".join(
+            [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+        )
+        await client.close()
+    assert text == "All fixed."
+
+
+# --- fall-backs ------------------------------------------------------------------------------
+
+
+async def test_a_persistent_503_falls_back_to_the_next_upstream_with_its_model() -> None:
+    from lockgate.lab.server import serve_script
+    from lockgate.proxy.config import ProxySettings, RouteSettings, UpstreamSettings
+
+    down = Turn(error=OpeningError(503, "overloaded", "Service unavailable"))
+    records: list[ProxyRecord] = []
+    async with (
+        serve_script([down, down, down], provider="chat") as primary,
+        serve_script([ACCEPTED], provider="chat") as backup,
+    ):
+        route = RouteSettings(
+            "chat",
+            "",
+            UpstreamSettings(origin(primary)),
+            gating(),
+            retries(1),
+            (UpstreamSettings(origin(backup), model="backup-model"),),
+        )
+        async with serving(ProxySettings((route,)), records.append) as running:
+            status, _, body = await post(running.url)
+    assert status == 200
+    assert b'"edit"' in body
+    assert len(primary.requests) == 1
+    [sent] = backup.requests
+    assert sent.body["model"] == "backup-model"
+    assert (records[0].outcome, records[0].retries) == ("passed", 1)
+
+
+def test_the_shorthand_takes_retries_too() -> None:
+    config = ProxyConfig("http://127.0.0.1:9", retries=retries(3, 10.0))
+    [route] = config.settings().routes
+    assert route.retries == RouteRetries(3, 10.0)
