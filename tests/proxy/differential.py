@@ -4,10 +4,11 @@ client's rules (`readers.py`).
     .venv/bin/python -m tests.proxy.differential --budget N --seed S [--corpus DIR] [--show K]
 
 Each of the N runs takes a recording of a protocol with a gateway (Responses, Chat
-Completions, Anthropic Messages; a 2xx answer, from `../shared/real-streams`, never copied
-here), applies one to three mutations (`MUTATIONS`: framing that readers disagree on, most
-of it hiding a call the gate never sees; events dropped, duplicated or swapped; a cut; a
-flipped byte; a Responses `.done` item altered; a call in a start snapshot; …), feeds it to
+Completions, Anthropic Messages, Gemini; a 2xx answer, from `../shared/real-streams`, never
+copied here), applies one to three mutations (`MUTATIONS`: framing that readers disagree on,
+most of it hiding a call the gate never sees; events dropped, duplicated or swapped; a cut;
+a flipped byte; a Responses `.done` item altered; a call in a start snapshot; a Gemini call
+spelled `function_call` beside a part's text; …), feeds it to
 `GatingStream` in random reads with the recording's own request (time is virtual), and
 reads the output with every reader of the protocol. A naive client that sees a call the
 decision did not release (any call, in a refused stream) is a leak.
@@ -42,7 +43,7 @@ from .support import gate_stream, options, run
 __all__ = ["CORPUS", "MUTATIONS", "Recording", "load", "main"]
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "real-streams"
-GATED = ("responses", "chat", "anthropic")
+GATED = ("responses", "chat", "anthropic", "gemini")
 BOM = b"\xef\xbb\xbf"
 SEPARATORS = (
     b"\x0b",
@@ -345,6 +346,33 @@ def call_in_start(rng: random.Random, protocol: str, body: bytes) -> bytes | Non
     return _rewrite(body, change)
 
 
+def snake_case_call(rng: random.Random, protocol: str, body: bytes) -> bytes | None:
+    """Gemini: a text part also carries a call spelled `function_call`, which google-genai
+    reads as the part's call (and lockgate's decoder, as the text)."""
+    if protocol != "gemini":
+        return None
+    evil = EVIL["gemini"][1]["candidates"][0]["content"]["parts"][0]["functionCall"]
+
+    def change(payload: dict[str, Any]) -> list[dict[str, Any]] | None:
+        candidates = payload.get("candidates")
+        if not isinstance(candidates, list) or not candidates:
+            return None
+        candidate = candidates[0]
+        if not isinstance(candidate, dict) or not isinstance(candidate.get("content"), dict):
+            return None
+        content: dict[str, Any] = candidate["content"]
+        parts = content.get("parts")
+        if not isinstance(parts, list) or not parts or not isinstance(parts[0], dict):
+            return None
+        if "text" not in parts[0]:
+            return None
+        part = {**parts[0], "function_call": evil}
+        altered = {**candidate, "content": {**content, "parts": [part, *parts[1:]]}}
+        return [{**payload, "candidates": [altered, *candidates[1:]]}]
+
+    return _rewrite(body, change)
+
+
 def judged_call(rng: random.Random, protocol: str, body: bytes) -> bytes:
     """The call in plain sight (a frame the gate reads): it must refuse it."""
     return _insert_frame(rng, body, _named(protocol) + b"data: " + evil_data(protocol) + b"\n\n")
@@ -370,6 +398,7 @@ MUTATIONS: dict[str, Mutation] = {
     "flip byte": flip_byte,
     "alter done item": alter_done_item,
     "call in start snapshot": call_in_start,
+    "snake-case call": snake_case_call,
     "judged call": judged_call,
 }
 

@@ -26,9 +26,13 @@ packages run with node, see `test_the_typescript_ports_read_as_the_real_sdks`):
   `llms/anthropic/chat/handler.py` (`make_call`, `ModelResponseIterator.__anext__`,
   `_parse_sse_data`, `_handle_accumulated_json_chunk`, `chunk_parser`),
   `litellm_core_utils/json_fragment_accumulator.py`.
+- `@google/genai` npm 1.30.0, as Gemini CLI 0.61.0 bundles it (`bundle/chunk-*.js`,
+  `ApiClient.processStreamResponse`, `responseLineRE`, `generateContentStreamInternal`).
 - Installed and called directly: `httpx2` 2.16.2 (`Response.iter_lines`: `str.splitlines`
   rules), `openai` 3.57.0 `_streaming.SSEDecoder`, `anthropic` 2.16.0
-  `_streaming.SSEDecoder`, `lockgate.sse.SSEDecoder`.
+  `_streaming.SSEDecoder`, `google-genai` 3.6.1 `_api_client` (`HttpResponse.
+  _iter_response_stream`, `_aiter_aiohttp_lines`, `_RawJsonLineBuffer`; its aiohttp loop
+  ported around them), `lockgate.sse.SSEDecoder`.
 - The WHATWG HTML specification, server-sent events, "Interpreting an event stream".
 """
 
@@ -37,13 +41,22 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anthropic._streaming
 import httpx2
 import openai._streaming
+from google.genai import _api_client as genai_client
 
 from lockgate.conversation import ToolCall
 from lockgate.sse import SSEDecoder
@@ -91,7 +104,8 @@ class Reader:
     compared: bool = True
 
 
-_ALL = frozenset({"responses", "chat", "anthropic"})
+_ALL = frozenset({"responses", "chat", "anthropic", "gemini"})
+_GEMINI = frozenset({"gemini"})
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _NEWLINE_CHAR = re.compile(r"[\r\n]")
 _NEWLINE_BYTE = re.compile(rb"[\r\n]")
@@ -159,6 +173,29 @@ EVIL: dict[str, tuple[str | None, dict[str, Any]]] = {
                 "name": "shell",
                 "input": {"command": "rm -rf ~"},
             },
+        },
+    ),
+    "gemini": (
+        None,
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "parts": [
+                            {
+                                "functionCall": {
+                                    "id": "call_evil",
+                                    "name": "shell",
+                                    "args": {"command": "rm -rf ~"},
+                                }
+                            }
+                        ],
+                        "role": "model",
+                    },
+                    "index": 0,
+                }
+            ],
+            "modelVersion": "lab-model",
         },
     ),
 }
@@ -591,6 +628,151 @@ def read_json_lines(chunks: Chunks) -> list[ReadEvent]:
     return events
 
 
+# --- google-genai (Python), called directly, and @google/genai (Node), ported ------------------
+
+
+def read_genai_python(chunks: Chunks) -> list[ReadEvent]:
+    """google-genai 3.6.1 over httpx2 (its `HttpResponse._iter_response_stream`, installed,
+    called directly): lines split at CR, LF and CRLF only (`_SseLineDecoder`, invalid bytes
+    replaced); consecutive `data: ` lines joined with LF and dispatched at a blank line (or
+    at the end of the body); EVERY OTHER LINE (a comment, `event:`, `id:`) is read as raw
+    JSON, gathered until its braces balance (`_RawJsonLineBuffer`). Then, as
+    `async_request_streamed` does, each piece is parsed as JSON (a failure raises
+    `UnknownApiResponseError`: the reading stops there) and one whose first key is `error`
+    raises `APIError` once read."""
+    response = httpx2.Response(
+        200, headers={"content-type": "text/event-stream"}, content=iter(list(chunks))
+    )
+    events: list[ReadEvent] = []
+    try:
+        for piece in genai_client.HttpResponse(
+            dict(response.headers), response
+        )._iter_response_stream():
+            value = json.loads(piece)
+            events.append(ReadEvent(None, piece))
+            if json.dumps(value).startswith('{"error":'):
+                break
+    except Exception:
+        pass
+    return events
+
+
+class _Reads:
+    """Reads as aiohttp's `StreamReader.iter_any` gives them."""
+
+    def __init__(self, chunks: Chunks) -> None:
+        self._chunks = chunks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks:
+            yield chunk
+
+
+def _done(step: Awaitable[bytes]) -> bytes | None:
+    """The value of an awaitable that never suspends (None: the iteration ended)."""
+    try:
+        next(step.__await__())
+    except StopIteration as finished:
+        value: bytes = finished.value
+        return value
+    except StopAsyncIteration:
+        return None
+    raise RuntimeError("an awaitable that suspends")
+
+
+def read_genai_aiohttp(chunks: Chunks) -> list[ReadEvent]:
+    """google-genai 3.6.1 over aiohttp (what it uses when aiohttp is installed):
+    `_aiter_aiohttp_lines` (called directly: lines split at LF ONLY, a CR is no line end),
+    each line decoded as STRICT UTF-8 (an invalid byte raises: the reading stops) and
+    right-stripped of all whitespace (`str.rstrip`: also U+0085, U+2028, \\x1c …), then the
+    same `data: ` / raw JSON rules and the same JSON and `error` checks as
+    `read_genai_python` (ported from `HttpResponse._aiter_response_stream`)."""
+    events: list[ReadEvent] = []
+    pending: list[str] = []
+
+    def take(piece: str) -> bool:
+        """Read one piece; False: google-genai raised there."""
+        try:
+            value = json.loads(piece)
+        except ValueError:
+            return False
+        events.append(ReadEvent(None, piece))
+        return not json.dumps(value).startswith('{"error":')
+
+    raw = genai_client._RawJsonLineBuffer()
+    lines = genai_client._aiter_aiohttp_lines(cast(Any, _Reads(chunks)))
+    while (line_bytes := _done(lines.__anext__())) is not None:
+        try:
+            line = line_bytes.decode("utf-8").rstrip()
+        except UnicodeDecodeError:
+            return events
+        if not line:
+            if pending and not take("\n".join(pending)):
+                return events
+            pending = []
+            continue
+        if line.startswith("data: "):
+            pending.append(line[len("data: ") :])
+            continue
+        piece = raw.add_line(line)
+        if piece is not None and not take(piece):
+            return events
+    rest = raw.flush()
+    if rest and not take(rest):
+        return events
+    if pending:
+        take("\n".join(pending))
+    return events
+
+
+# @google/genai's `responseLineRE`, `/^\s*data: (.*)(?:\n\n|\r\r|\r\n\r\n)/`, in Python:
+# JavaScript's `\s` (its white space and line terminators, U+FEFF among them) and `.` (any
+# character but LF, CR, U+2028, U+2029).
+_JS_SPACE = "[\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+_RESPONSE_LINE = re.compile(_JS_SPACE + "*data: ([^\n\r\u2028\u2029]*)(?:\n\n|\r\r|\r\n\r\n)")
+
+
+def read_genai_node(chunks: Chunks) -> list[ReadEvent]:
+    """@google/genai 1.30.0 (Gemini CLI 0.61.0's), `processStreamResponse`: one streaming
+    `TextDecoder('utf-8')` (invalid bytes replaced, one byte order mark stripped at the start
+    of the body); a read that parses as JSON holding `error` with a `code` from 400 to 599
+    throws `ApiError` (the reading stops); every read is appended to a buffer, and while
+    the buffer's START matches `responseLineRE` (white space, `data: `, the rest of ONE
+    line, a blank line) the line's text is a chunk and is cut off. Nothing else is ever
+    read: a buffer that starts otherwise (a comment, an `event:` line, `data:` without its
+    space) matches no more, and the body's end then throws. Each chunk is `JSON.parse`d
+    by `generateContentStreamInternal` (a failure throws: the reading stops); an `error`
+    chunk read so raises nothing (it is a response without candidates)."""
+    events: list[ReadEvent] = []
+    decoder = _utf8()
+    buffer = ""
+    started = False
+    for chunk in chunks:
+        text = decoder.decode(chunk)
+        if not started and text:
+            started = True
+            text = text.removeprefix("\ufeff")
+        try:
+            whole = json.loads(text)
+        except ValueError:
+            whole = None
+        if isinstance(whole, dict) and "error" in whole:
+            error = whole["error"]
+            code = error.get("code") if isinstance(error, dict) else None
+            if isinstance(code, int | float) and 400 <= code < 600:
+                return events
+        buffer += text
+        while (match := _RESPONSE_LINE.match(buffer)) is not None:
+            data = match.group(1)
+            try:
+                json.loads(data)
+            except ValueError:
+                return events
+            events.append(ReadEvent(None, data))
+            buffer = buffer[match.end() :]
+    return events
+
+
 READERS: tuple[Reader, ...] = (
     Reader("lockgate", read_lockgate, True, _ALL),
     Reader("whatwg", read_whatwg, True, _ALL),
@@ -602,6 +784,9 @@ READERS: tuple[Reader, ...] = (
     Reader("splitlines-data-lines", read_splitlines_data_lines, False, _ALL),
     Reader("litellm-anthropic", read_litellm_anthropic, False, frozenset({"anthropic"})),
     Reader("json-lines", read_json_lines, False, _ALL, compared=False),
+    Reader("google-genai-python", read_genai_python, False, _GEMINI),
+    Reader("google-genai-aiohttp", read_genai_aiohttp, False, _GEMINI),
+    Reader("google-genai-node", read_genai_node, False, _GEMINI),
 )
 
 
@@ -617,8 +802,12 @@ def read_all(protocol: str, chunks: Chunks) -> dict[str, list[ReadEvent]]:
 # --- comparing readers --------------------------------------------------------------------------
 
 
-def payloads(events: Sequence[ReadEvent]) -> list[tuple[str | None, dict[str, Any]]]:
-    """The events whose data is a JSON object, parsed (the name kept)."""
+def payloads(
+    events: Sequence[ReadEvent], *, arrays: bool = False
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """The events whose data is a JSON object, parsed (the name kept); with `arrays`, also
+    each object of an event whose data is a JSON array (Gemini's answer to a stream request
+    without `alt=sse`: an array of its chunks)."""
     found = []
     for event in events:
         try:
@@ -627,6 +816,8 @@ def payloads(events: Sequence[ReadEvent]) -> list[tuple[str | None, dict[str, An
             continue
         if isinstance(value, dict):
             found.append((event.event, value))
+        elif arrays and isinstance(value, list):
+            found.extend((event.event, item) for item in value if isinstance(item, dict))
     return found
 
 
@@ -844,18 +1035,50 @@ def _block_call(entry: list[Any], where: str) -> SeenCall:
     return SeenCall(entry[0], entry[1], arguments, where)
 
 
+# The spellings of a Gemini part's call that a client reads (google-genai's models take the
+# snake_case field names too).
+_GEMINI_CALLS = ("functionCall", "function_call")
+
+
+def _gemini_calls(events: Sequence[tuple[str | None, dict[str, Any]]]) -> list[SeenCall]:
+    """Every call part of every candidate (whatever its index), in either spelling, in
+    every chunk: Gemini sends each call whole (`args` an object, absent: `{}`)."""
+    seen: list[SeenCall] = []
+    for _, payload in events:
+        candidates = payload.get("candidates")
+        for candidate in candidates if isinstance(candidates, list) else ():
+            content = candidate.get("content") if isinstance(candidate, dict) else None
+            parts = content.get("parts") if isinstance(content, dict) else None
+            for part in parts if isinstance(parts, list) else ():
+                for spelling in _GEMINI_CALLS:
+                    call = part.get(spelling) if isinstance(part, dict) else None
+                    if isinstance(call, dict):
+                        arguments = call.get("args")
+                        seen.append(
+                            SeenCall(
+                                _text(call.get("id")),
+                                _text(call.get("name")),
+                                _same_json({} if arguments is None else arguments),
+                                spelling,
+                            )
+                        )
+    return seen
+
+
 _NAIVE: dict[str, Callable[[Sequence[tuple[str | None, dict[str, Any]]]], list[SeenCall]]] = {
     "responses": _responses_calls,
     "chat": _chat_calls,
     "anthropic": _anthropic_calls,
+    "gemini": _gemini_calls,
 }
 
 
 def calls_seen(protocol: str, events: Sequence[ReadEvent]) -> list[SeenCall]:
     """The tool calls the protocol's naive client sees in what a reader read: it reads every
-    event whose data is a JSON object, whatever its name (or none), and reports every call
-    it could act on, complete or not."""
-    return _NAIVE[protocol](payloads(events))
+    event whose data is a JSON object (for Gemini, also each object of a JSON array),
+    whatever its name (or none), and reports every call it could act on, complete or
+    not."""
+    return _NAIVE[protocol](payloads(events, arrays=protocol == "gemini"))
 
 
 def _json_value(text: str) -> object:

@@ -1,19 +1,31 @@
 """What the engine's tests share: a virtual-time event loop, the oracle (`lockgate run`'s own
 client on the same bytes), the engine run on a scripted turn or raw chunks, and the official
-SDKs' stream parsers on the engine's output."""
+SDKs' stream parsers on the engine's output (google-genai's both ways it reads a stream: over
+httpx2, served in process, and over aiohttp, its default, from a loopback server)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anthropic
 import httpx2
 import openai
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 from lockgate.cassette.judge import VirtualTimeLoop
 from lockgate.client import StreamingModelClient
@@ -28,12 +40,15 @@ from lockgate.providers.base import CodecOptions, Provider
 from lockgate.proxy import Accepted, GatingOptions, GatingStream, Refused
 from lockgate.retry import RetryPolicy
 from lockgate.scripted.script import Turn, body_actions
-from lockgate.sse import SSEDecoder, SSEFramer
+from lockgate.sse import SSEDecoder, SSEFramer, canonical_frame
 from lockgate.transport import ByteStream
 
 T = TypeVar("T")
 
-PROTOCOLS = ("responses", "chat", "anthropic")
+PROTOCOLS = ("responses", "chat", "anthropic", "gemini")
+# The protocols whose request body asks for the stream (Gemini's path does): what the server
+# and transport tests were written for, until they speak Gemini too.
+BODY_STREAMED_PROTOCOLS = PROTOCOLS[:3]
 IDLE = 1.0  # the lab's idle timeout (virtual seconds: nothing here waits on the wall clock)
 DEADLINE = 30.0
 HISTORY = (Message("system", "You fix bugs."), Message("user", "Fix the bug in add."))
@@ -235,6 +250,23 @@ def without_keepalives(data: bytes, gateway: Gateway) -> list[tuple[str | None, 
     return events
 
 
+def canonical(raw: bytes | Iterable[bytes]) -> bytes:
+    """What a client receives of an accepted upstream body that holds no keep-alive: each of
+    its events in the canonical form (`sse.canonical_frame`), nothing else. The same bytes as
+    the body when every frame is canonical already (Responses, Chat and Anthropic as the lab
+    renders them); Gemini's CRLF frames come out with LF line ends."""
+    body = raw if isinstance(raw, bytes) else b"".join(raw)
+    return b"".join(
+        canonical_frame(frame.event) for frame in frames(body) if frame.event is not None
+    )
+
+
+def _blank_keepalive(gateway: Gateway) -> bool:
+    """Whether the gateway's keep-alive is a bare blank line (Gemini's: its clients read no
+    SSE comment), which a framer merges into the frame that follows it."""
+    return not gateway.keepalive().strip(b"\r\n")
+
+
 # One canonical event frame (what the engine sends): an optional `event:` line with a
 # printable ASCII name, one `data:` line, LF line ends; and none of the characters that
 # some readers split or strip lines on.
@@ -244,22 +276,55 @@ _AMBIGUOUS = re.compile(rb"[\x00\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]|\
 
 def not_canonical(data: bytes, gateway: Gateway) -> list[bytes]:
     """The pieces of the engine's output that are neither the gateway's keep-alive nor one
-    canonical event frame (and any tail no blank line ended)."""
+    canonical event frame (and any tail no blank line ended). A blank-line keep-alive
+    (Gemini's) is read as what it is wherever the framer put it: before a frame, or alone."""
     framer = SSEFramer(1 << 30)
     found = framer.feed(data)
     found.extend(framer.finish())
-    odd = [
-        frame.raw
-        for frame in found
-        if frame.raw != gateway.keepalive()
-        and (_CANONICAL.fullmatch(frame.raw) is None or _AMBIGUOUS.search(frame.raw))
-    ]
-    if framer.tail or data.startswith(b"\xef\xbb\xbf"):
-        odd.append(framer.tail or data[:3])
+    blank = gateway.keepalive() if _blank_keepalive(gateway) else None
+    odd = []
+    for frame in found:
+        raw = frame.raw
+        if raw == gateway.keepalive():
+            continue
+        if blank is not None:
+            raw = raw.lstrip(blank)
+            if not raw:
+                continue  # keep-alives only
+        if _CANONICAL.fullmatch(raw) is None or _AMBIGUOUS.search(raw):
+            odd.append(frame.raw)
+    tail = framer.tail
+    if blank is not None:
+        tail = tail.lstrip(blank)
+    if tail or data.startswith(b"\xef\xbb\xbf"):
+        odd.append(tail or data[:3])
     return odd
 
 
+_LINES = re.compile(rb"\r\n|\r|\n")
+
+
+def _blank_keepalives(data: bytes) -> int:
+    """Keep-alives where a keep-alive is a blank line: every frame of comments only (the
+    engine sends one keep-alive for it) and every blank line that ends no frame."""
+    count = 0
+    content = False  # a line of the frame so far is a field, not a comment
+    for line in _LINES.split(data)[:-1]:  # the last piece ends no line
+        if line:
+            content = content or not line.startswith(b":")
+        elif content:
+            content = False  # the blank line that ends a frame
+        else:
+            count += 1  # it ends a frame of comments, or stands on its own
+    return count
+
+
 def keepalive_count(data: bytes, gateway: Gateway) -> int:
+    """The keep-alives in `data`: comment-only frames, the protocol's keep-alive events;
+    where the keep-alive is a blank line (Gemini), also every blank line that ends no
+    frame."""
+    if _blank_keepalive(gateway):
+        return _blank_keepalives(data)
     return sum(
         1
         for frame in frames(data)
@@ -279,6 +344,14 @@ _TOOL_TYPES = frozenset(
     }
 )
 _TOOL_FINISHES = frozenset({"tool_calls", "tool_use", "function_call"})
+# Gemini's parts that carry an action: the client's call, and what the provider ran.
+_GEMINI_ACTIONS = (
+    "functionCall",
+    "executableCode",
+    "codeExecutionResult",
+    "toolCall",
+    "toolResponse",
+)
 
 
 def _tool_marker(value: object) -> bool:
@@ -298,6 +371,8 @@ def _tool_marker(value: object) -> bool:
             if item.get("finish_reason") in _TOOL_FINISHES:
                 return True
             if item.get("stop_reason") in _TOOL_FINISHES:
+                return True
+            if any(item.get(key) is not None for key in _GEMINI_ACTIONS):
                 return True
             stack.extend(item.values())
         elif isinstance(item, list):
@@ -335,6 +410,14 @@ def ends_with_refusal(data: bytes, provider: str) -> bool:
     payload = json.loads(event.data)
     if provider == "chat":
         return event.event is None and isinstance(payload.get("error"), dict)
+    if provider == "gemini":  # Google's error object alone, in a frame of data only
+        error = payload.get("error")
+        return (
+            event.event is None
+            and list(payload) == ["error"]
+            and isinstance(error, dict)
+            and {"code", "message", "status"} <= set(error)
+        )
     return (
         event.event == "error"
         and payload.get("type") == "error"
@@ -403,15 +486,130 @@ async def _anthropic_messages(body: bytes) -> None:
             pass
 
 
+GEMINI_MODEL = "lab-model"
+GEMINI_KEY = "lab-key-not-a-secret"
+
+
+@dataclass(frozen=True, slots=True)
+class GenaiRead:
+    """What google-genai made of a stream: every chunk it yielded, and what it raised
+    then (None: it read to the end)."""
+
+    chunks: tuple[genai_types.GenerateContentResponse, ...]
+    raised: Exception | None
+
+    def calls(self) -> list[tuple[str | None, str | None, object]]:
+        """The calls it reports, in order: (id, name, args)."""
+        return [
+            (call.id, call.name, call.args)
+            for chunk in self.chunks
+            for call in chunk.function_calls or []
+        ]
+
+
+async def _genai_stream(http_options: genai_types.HttpOptions) -> GenaiRead:
+    """google-genai as a user makes it (on the documented REST surface, `v1beta`; no
+    retries, its default), streaming one answer."""
+    client = genai.Client(api_key=GEMINI_KEY, http_options=http_options)
+    got: list[genai_types.GenerateContentResponse] = []
+    try:
+        stream = await client.aio.models.generate_content_stream(model=GEMINI_MODEL, contents="x")
+        async for chunk in stream:
+            got.append(chunk)
+    except Exception as exc:
+        return GenaiRead(tuple(got), exc)
+    finally:
+        await client.aio.aclose()
+    return GenaiRead(tuple(got), None)
+
+
+async def genai_over_httpx(
+    body: bytes, status: int = 200, content_type: str = "text/event-stream"
+) -> GenaiRead:
+    """google-genai's stream parser over httpx2 (`_aiter_sse_lines`: lines split at CR, LF
+    and CRLF only), the body served in process."""
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(status, headers={"content-type": content_type}, content=body)
+
+    transport = httpx2.MockTransport(handler)
+    with httpx2.Client(transport=transport) as sync_http:  # given, so that it makes none
+        async with httpx2.AsyncClient(transport=transport) as http:
+            options = genai_types.HttpOptions(
+                base_url="http://proxy.test",
+                api_version="v1beta",
+                httpx_async_client=http,
+                httpx_client=sync_http,
+            )
+            return await _genai_stream(options)
+
+
+async def _serve_once(body: bytes, status: int, content_type: str) -> tuple[asyncio.Server, str]:
+    """A loopback HTTP/1.1 server answering each request with `body` (and `status`), then
+    closing the connection."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            await reader.readexactly(length)
+            writer.write(
+                f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\n"
+                "connection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def _genai_aiohttp_session(body: bytes, status: int, content_type: str) -> GenaiRead:
+    server, base_url = await _serve_once(body, status, content_type)
+    async with server:
+        return await _genai_stream(genai_types.HttpOptions(base_url=base_url, api_version="v1beta"))
+
+
+async def genai_over_aiohttp(
+    body: bytes, status: int = 200, content_type: str = "text/event-stream"
+) -> GenaiRead:
+    """google-genai's stream parser over aiohttp, what it uses by default when aiohttp is
+    installed (`_aiter_aiohttp_lines`: lines split at LF only, then right-stripped), the
+    body served by a loopback server of its own: on a real event loop, in a worker thread
+    (sockets have no place on the tests' virtual-time loop)."""
+    return await asyncio.to_thread(asyncio.run, _genai_aiohttp_session(body, status, content_type))
+
+
+async def _genai_httpx(body: bytes) -> None:
+    read = await genai_over_httpx(body)
+    if read.raised is not None:
+        raise read.raised
+
+
+async def _genai_aiohttp(body: bytes) -> None:
+    read = await genai_over_aiohttp(body)
+    if read.raised is not None:
+        raise read.raised
+
+
 SDK_READERS: dict[str, tuple[Callable[[bytes], Awaitable[None]], ...]] = {
     "chat": (_openai_chat,),
     "responses": (_openai_responses_raw, _openai_responses_helper),
     "anthropic": (_anthropic_messages,),
+    "gemini": (_genai_httpx, _genai_aiohttp),
 }
 SDK_ERRORS: dict[str, type[Exception]] = {
     "chat": openai.APIError,
     "responses": openai.APIError,
     "anthropic": anthropic.APIStatusError,
+    "gemini": genai_errors.APIError,
 }
 
 

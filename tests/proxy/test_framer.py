@@ -156,6 +156,35 @@ def test_frames_without_data_are_no_events_and_only_comments_are_keepalives() ->
     ]
 
 
+def test_a_blank_line_keepalive_begins_the_frame_after_it() -> None:
+    """Gemini's keep-alive is a blank line (its clients read no comment): after a frame it
+    begins the next frame, two in a row make an empty frame of their own, and no event
+    changes. `support.not_canonical` and `support.keepalive_count` read them so."""
+    from lockgate.providers.gemini.gateway import GATEWAY
+
+    from .support import keepalive_count, not_canonical
+
+    first, second = b'data: {"a":1}\n\n', b'data: {"b":2}\n\n'
+    events = [ServerSentEvent(None, b'{"a":1}'), ServerSentEvent(None, b'{"b":2}')]
+    for count in range(6):
+        body = first + b"\n" * count + second
+        found, tail, cut = _framed([body], 1024)
+        assert [f.event for f in found if f.event is not None] == events
+        assert b"".join(f.raw for f in found) == body
+        assert (tail, cut) == (b"", False)
+        assert sum(f.keepalive for f in found) == count // 2
+        assert found[-1].raw == b"\n" * (count % 2) + second
+        assert keepalive_count(body, GATEWAY) == count
+        assert not_canonical(body, GATEWAY) == []
+        assert keepalive_count(body + b"\n" * count, GATEWAY) == 2 * count  # at the end too
+        assert not_canonical(body + b"\n" * count, GATEWAY) == []
+    # A comment-only frame is one keep-alive (the engine sends one blank line for it);
+    # anything else before a frame is no keep-alive and no canonical frame.
+    assert keepalive_count(first + b": ping\r\n\r\n" + second, GATEWAY) == 1
+    assert not_canonical(first + b"\r\n" + second, GATEWAY) != []
+    assert not_canonical(first + b" \n" + second, GATEWAY) != []
+
+
 @pytest.mark.parametrize("line_end", [b"\n", b"\r\n", b"\r"])
 def test_a_giant_frame_fails_while_it_accumulates(line_end: bytes) -> None:
     framer = SSEFramer(64)

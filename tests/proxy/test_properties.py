@@ -85,7 +85,8 @@ def bodies(draw: st.DrawFn, provider: str) -> tuple[list[bytes], bool, bool]:
         at = draw(st.lists(st.integers(0, len(frames)), max_size=3))
         for index in sorted(at, reverse=True):
             frames.insert(index, b": keep-alive\n\n")
-    body = b"".join(frames)
+    # LF line ends first (Gemini frames its events with CRLF), then the ones drawn.
+    body = b"".join(frames).replace(b"\r\n", b"\n")
     line_end = draw(st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"]))
     if line_end != b"\n":
         body = body.replace(b"\n", line_end)

@@ -55,6 +55,7 @@ from .readers import (
     calls_seen,
     evil_data,
     read_anthropic_node,
+    read_json_lines,
     read_lockgate,
     read_openai_node,
 )
@@ -156,7 +157,8 @@ def test_a_comment_holding_a_line_separator_and_a_call_reaches_no_client(
     separator as a `data:` line."""
     before, after = split_at_hold(native_frames(provider, edit_reply()))
     comment = b": keep-alive" + SEPARATORS[separator] + b"data: " + evil_data(provider) + b"\n\n"
-    rest = after[1:] if state == "holding" else after[1:2]  # refused: a clean end too early
+    # Refused: a clean end too early (Gemini's call is one chunk: before its finish).
+    rest = after[1:] if state == "holding" else after[1 : min(2, len(after) - 1)]
     result = gated(provider, [*before, after[0], comment, *rest])
     assert isinstance(result.outcome, Accepted) == (state == "holding")
     assert leaks(provider, result) == {}
@@ -171,6 +173,10 @@ def whole_answer(provider: str) -> dict[str, Any]:
         message = {"role": "assistant", "content": None, "tool_calls": [call]}
         choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
         return {"id": "chatcmpl-1", "object": "chat.completion", "choices": [choice]}
+    if provider == "gemini":
+        part = {"functionCall": {"id": "call_1", "name": "edit", "args": EDIT_FIX}}
+        content = {"parts": [part], "role": "model"}
+        return {"candidates": [{"content": content, "finishReason": "STOP", "index": 0}]}
     if provider == "responses":
         item = {
             "type": "function_call",
@@ -201,6 +207,40 @@ def test_a_json_answer_to_a_stream_request_reaches_no_client(provider: str, blan
     result = gated(provider, [body])
     assert not isinstance(result.outcome, Accepted)
     assert leaks(provider, result) == {}
+
+
+@pytest.mark.parametrize("blank", [b"", b"\n\n", b"\r\n\r\n"], ids=["none", "lf", "crlf"])
+def test_a_gemini_json_array_answer_reaches_no_client(blank: bytes) -> None:
+    """What `:streamGenerateContent` answers without `alt=sse` (the proxy refuses such a
+    request; an upstream may still answer so): one JSON array of chunks, a call in one."""
+    text = {"candidates": [{"content": {"parts": [{"text": "Fixing."}], "role": "model"}}]}
+    body = json.dumps([text, whole_answer("gemini")], indent=2).encode() + blank
+    for reads in ([body], [body[:7], body[7:]]):
+        result = gated("gemini", reads)
+        assert not isinstance(result.outcome, Accepted)
+        assert leaks("gemini", result) == {}
+        assert calls_seen("gemini", read_json_lines([body]))  # the naive client reads it
+
+
+@pytest.mark.parametrize("state", ["text only", "held"])
+def test_a_gemini_call_spelled_in_snake_case_beside_text_reaches_no_client(state: str) -> None:
+    """google-genai reads a part's `function_call` as its call; lockgate's decoder read the
+    part holding it and text as the text (before the gateway refused it)."""
+    evil = EVIL["gemini"][1]["candidates"][0]["content"]["parts"][0]["functionCall"]
+    chunk = {
+        "candidates": [
+            {
+                "content": {"parts": [{"text": "Fine.", "function_call": evil}], "role": "model"},
+                "index": 0,
+            }
+        ]
+    }
+    frames = native_frames("gemini", text_reply() if state == "text only" else edit_reply())
+    frame = b"data: " + json.dumps(chunk).encode() + b"\r\n\r\n"
+    result = gated("gemini", [*frames[:-1], frame, frames[-1]])
+    assert not isinstance(result.outcome, Accepted)
+    assert leaks("gemini", result) == {}
+    assert calls_seen("gemini", read_lockgate([frame]))  # the naive client reads it
 
 
 # --- a property over generated framing -------------------------------------------------------
@@ -244,7 +284,9 @@ def _data_lines(data: bytes) -> list[bytes]:
 def mutated_framing(draw: st.DrawFn, provider: str) -> list[bytes]:
     """A scripted stream with its framing mutated, in reads."""
     reply = draw(st.sampled_from(REPLIES))
-    frames = [frame[:-2].split(b"\n") for frame in native_frames(provider, reply)]
+    # Each frame's lines, LF-ended (Gemini frames its events with CRLF); the ends drawn below.
+    native = [frame.replace(b"\r\n", b"\n") for frame in native_frames(provider, reply)]
+    frames = [frame[:-2].split(b"\n") for frame in native]
     evil = evil_data(provider)
     name, _ = EVIL[provider]
     evil_name = [] if name is None else [b"event: " + name.encode()]

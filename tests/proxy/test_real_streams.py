@@ -1,7 +1,9 @@
 """Real recorded traffic through the gating engine (`../shared/real-streams/`, never copied
 here): every recording of a protocol with a gateway (Responses, Chat Completions, Anthropic
-Messages; not Gemini, not Bedrock) is fed to `GatingStream` whole and in two seeded random
-splits (the recordings keep no read boundaries).
+Messages, Gemini; not Bedrock) is fed to `GatingStream` whole and in two seeded random
+splits (the recordings keep no read boundaries), with the request's own tools and schemas
+(validated, the engine's default; Gemini's OpenAPI-subset `parameters` as the JSON Schema
+they mean).
 
 The verdict must be the conformance test's (`tests/providers/test_conformance.py`): a
 complete, successful recording is accepted, unless it is one lockgate refuses on purpose
@@ -9,9 +11,11 @@ complete, successful recording is accepted, unless it is one lockgate refuses on
 recorded finish calls for, and as the same failure `lockgate run`'s client reaches on the
 same bytes. An accepted one is passed byte for byte (output == recorded body) and its
 decision releases exactly what the recording states; a refused one ends with the
-protocol's error, and no tool event reaches the client. A recording with an HTTP error
-status is not gated (`gates`): it passes as it came. The table of outcomes per protocol is
-printed (run with `-s`, or see the test's output).
+protocol's error, and no tool event reaches the client. An accepted Gemini recording is
+re-framed (its CRLF line ends become LF: the canonical form), so it is compared event for
+event, not byte for byte. A recording with an HTTP error status is not gated (`gates`): it
+passes as it came. The table of outcomes per protocol is printed (run with `-s`, or see the
+test's output).
 """
 
 from __future__ import annotations
@@ -59,7 +63,10 @@ from ..providers.test_conformance import (  # noqa: E402
     _success,
 )
 
-GATED = ("responses", "chat", "anthropic")  # the protocols with a gateway
+GATED = ("responses", "chat", "anthropic", "gemini")  # the protocols with a gateway
+# What a recording's request path said: Gemini's every recording is `:streamGenerateContent
+# ?alt=sse` (its path asks for the stream); the others' bodies say it.
+TARGETS = {"gemini": ProtocolTarget(stream=True)}
 SPLITS = ("whole", "1-64", "1-4096")
 
 
@@ -135,8 +142,9 @@ async def _check(path: Path) -> tuple[str, list[str]]:
     assert entry.gateway is not None
     gateway = entry.gateway()
     status = int(recording["status"])
+    target = TARGETS.get(provider, ProtocolTarget())
     if status >= 400:
-        if gates(gateway, request, status, ProtocolTarget()):
+        if gates(gateway, request, status, target):
             return "error status", [f"{name}: an HTTP {status} would be gated"]
         return "error status", []
     problems: list[str] = []

@@ -73,6 +73,10 @@ def _own_reading(provider: str, frame: bytes) -> tuple[str, bool]:
             b'event: message_start\ndata: {"type":"message_start",'
             b'"message":{"id":"msg_x","content":[]}}\n\n'
         ),
+        "gemini": (
+            b'data: {"candidates":[{"content":{"parts":[{"text":"x"}],"role":"model"}}],'
+            b'"responseId":"r_x"}\n\n'
+        ),
     }
     sse = SSEDecoder()
     try:

@@ -35,7 +35,8 @@ from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.scripted.script import Faults, Turn
 
 from ..helpers import EDIT, dead_port
-from .support import PROTOCOLS, ends_with_refusal, request_for, tool_events, turn_bytes
+from .support import BODY_STREAMED_PROTOCOLS as PROTOCOLS
+from .support import ends_with_refusal, request_for, tool_events, turn_bytes
 
 PATHS = {
     "responses": "/v1/responses",

@@ -28,7 +28,9 @@ from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.scripted.scenario import EDIT_FIX
 
 from .support import (
-    PROTOCOLS,
+    BODY_STREAMED_PROTOCOLS as PROTOCOLS,
+)
+from .support import (
     SDK_ERRORS,
     ends_with_refusal,
     options,

@@ -28,7 +28,8 @@ from lockgate.proxy import GatingOptions
 from lockgate.proxy.transport import GatingTransport, gated_client
 from lockgate.scripted.reply import Reply, Say
 
-from .support import PROTOCOLS, options, request_for, run
+from .support import BODY_STREAMED_PROTOCOLS as PROTOCOLS
+from .support import options, request_for, run
 
 ORIGIN = "http://upstream.test"
 GUARD_SECONDS = 3600.0  # virtual: a test that would hang fails at once instead

@@ -13,6 +13,9 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 from lockgate.providers import provider as registry_entry
 from lockgate.proxy import Accepted, GatingOptions, Refused, WholeVerdict, judge_whole
@@ -126,6 +129,18 @@ async def _sdk_error(provider: str, status: int, body: bytes) -> str:
 
     http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
     try:
+        if provider == "gemini":
+            client = genai.Client(
+                api_key=KEY,
+                http_options=genai_types.HttpOptions(
+                    base_url="http://proxy.test", api_version="v1beta", httpx_async_client=http
+                ),
+            )
+            try:
+                await client.aio.models.generate_content(model="m", contents="hi")
+            except genai_errors.ServerError as exc:  # a 502: google-genai reads its body
+                return str(exc.message)
+            return ""
         if provider == "anthropic":
             anthropic_client = anthropic.AsyncAnthropic(
                 api_key=KEY, base_url="http://proxy.test", http_client=http, max_retries=0
@@ -137,16 +152,16 @@ async def _sdk_error(provider: str, status: int, body: bytes) -> str:
             except anthropic.InternalServerError as exc:
                 return exc.message
             return ""
-        client = openai.AsyncOpenAI(
+        openai_client = openai.AsyncOpenAI(
             api_key=KEY, base_url="http://proxy.test/v1", http_client=http, max_retries=0
         )
         try:
             if provider == "chat":
-                await client.chat.completions.create(
+                await openai_client.chat.completions.create(
                     model="m", messages=[{"role": "user", "content": "hi"}]
                 )
             else:
-                await client.responses.create(model="m", input="hi")
+                await openai_client.responses.create(model="m", input="hi")
         except openai.InternalServerError as exc:
             return exc.message
         return ""
@@ -213,6 +228,8 @@ def _is_finish(provider: str, frame: bytes) -> bool:
         )
     if provider == "anthropic":
         return b"message_delta" in frame or b"message_stop" in frame
+    if provider == "gemini":
+        return b'"finishReason"' in frame
     return b"response.completed" in frame
 
 

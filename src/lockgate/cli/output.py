@@ -1,15 +1,21 @@
-"""What `run` and `lab` print at the end of a run, on the observer they print through."""
+"""What `run` and `lab` print at the end of a run, on the observer they print through, and
+what `proxy` prints of each request and of its routes."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from typing import TYPE_CHECKING
+
+from .args import one_line
 
 if TYPE_CHECKING:
     from ..conversation import Usage
     from ..credentials import Redactor
     from ..display import HumanDisplay, JsonLinesDisplay
+    from ..proxy.config import ProxySettings
+    from ..proxy.flow import ProxyRecord
     from ..session import SessionOutcome
 
 
@@ -56,3 +62,49 @@ def print_outcome(
         f"{usage_line}\n"
     )
     sys.stdout.flush()
+
+
+def record_output(record: ProxyRecord, as_json: bool, redact: Redactor) -> str:
+    """One request as `lockgate proxy` prints it: a JSON line (`--json`), or the human line,
+    redacted and escaped."""
+    from ..display import visible
+
+    if not as_json:
+        return visible(redact(record_line(record)), multiline=False)
+    value = {
+        "event": "request",
+        "method": record.method,
+        "path": record.path,
+        "route": record.route,
+        "protocol": record.protocol,
+        "outcome": record.outcome,
+        "withheld": record.withheld,
+        "reason": record.reason,
+        "status": record.status,
+        "duration_ms": round(record.duration * 1000, 1),
+        "retries": record.retries,
+    }
+    return json.dumps(redact.redact_value(value))
+
+
+def record_line(record: ProxyRecord) -> str:
+    """One request as the human log prints it (before redaction and escaping)."""
+    outcome: str = record.outcome
+    if record.outcome == "withheld":
+        plural = "" if record.withheld == 1 else "s"
+        outcome = f"withheld {record.withheld} call{plural}: {record.reason}"
+    elif record.reason is not None and record.outcome != "passed":
+        outcome = f"{record.outcome}: {record.reason}"
+    return (
+        f"{record.method} {record.path} {record.protocol or '-'} {outcome} {record.status} "
+        f"{record.duration * 1000:.0f} ms"
+    )
+
+
+def routes_line(settings: ProxySettings) -> str:
+    """Where each route goes: `UPSTREAM` for one route on every path, else `PREFIX ->
+    UPSTREAM, …` (no secret)."""
+    routes = settings.routes
+    if len(routes) == 1 and not routes[0].prefix:
+        return one_line(routes[0].upstream.url)
+    return ", ".join(f"{route.prefix} -> {one_line(route.upstream.url)}" for route in routes)

@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING
 from . import process
 from .args import LIMIT_HELP, one_line
 from .codes import EXIT_OK, EXIT_OUTPUT, UsageError
+from .output import record_output, routes_line
 from .process import SECRETS
 
 if TYPE_CHECKING:
-    from ..credentials import Redactor
     from ..proxy.config import ProxySettings
     from ..proxy.server import ProxyRecord
 
-__all__ = ["check_proxy_options", "proxy", "record_line", "record_output", "routes_line"]
+__all__ = ["check_proxy_options", "proxy"]
 
 
 def check_proxy_options(args: argparse.Namespace) -> str:
@@ -107,43 +107,6 @@ def _read_secret(variable: str, what: str) -> str:
     process.forget_variable(variable)
     process.protect_process_memory()
     return value
-
-
-def record_output(record: ProxyRecord, as_json: bool, redact: Redactor) -> str:
-    """One request as `lockgate proxy` prints it: a JSON line (`--json`), or the human line,
-    redacted and escaped."""
-    from ..display import visible
-
-    if not as_json:
-        return visible(redact(record_line(record)), multiline=False)
-    value = {
-        "event": "request",
-        "method": record.method,
-        "path": record.path,
-        "route": record.route,
-        "protocol": record.protocol,
-        "outcome": record.outcome,
-        "withheld": record.withheld,
-        "reason": record.reason,
-        "status": record.status,
-        "duration_ms": round(record.duration * 1000, 1),
-        "retries": record.retries,
-    }
-    return json.dumps(redact.redact_value(value))
-
-
-def record_line(record: ProxyRecord) -> str:
-    """One request as the human log prints it (before redaction and escaping)."""
-    outcome: str = record.outcome
-    if record.outcome == "withheld":
-        plural = "" if record.withheld == 1 else "s"
-        outcome = f"withheld {record.withheld} call{plural}: {record.reason}"
-    elif record.reason is not None and record.outcome != "passed":
-        outcome = f"{record.outcome}: {record.reason}"
-    return (
-        f"{record.method} {record.path} {record.protocol or '-'} {outcome} {record.status} "
-        f"{record.duration * 1000:.0f} ms"
-    )
 
 
 def proxy(args: argparse.Namespace) -> int:
@@ -252,15 +215,6 @@ def _flag_settings(
         retries=RouteRetries(args.retries, args.retry_max_wait),
     )
     return config.settings()
-
-
-def routes_line(settings: ProxySettings) -> str:
-    """Where each route goes: `UPSTREAM` for one route on every path, else `PREFIX ->
-    UPSTREAM, …` (no secret)."""
-    routes = settings.routes
-    if len(routes) == 1 and not routes[0].prefix:
-        return one_line(routes[0].upstream.url)
-    return ", ".join(f"{route.prefix} -> {one_line(route.upstream.url)}" for route in routes)
 
 
 def _quiet_aiohttp() -> None:

@@ -25,8 +25,8 @@ import tempfile
 from typing import Any
 
 from .codes import EXIT_OK, UsageError
+from .output import record_output, routes_line
 from .process import SECRETS
-from .proxy import record_output, routes_line
 
 __all__ = ["serve_workers"]
 

@@ -4,16 +4,21 @@ and the error google-genai and Gemini CLI raise on.
 
 - **Requests**: `POST …/models/{model}:streamGenerateContent?alt=sse` (a stream) and
   `POST …/models/{model}:generateContent` (a whole answer), on the Gemini API
-  (`/v1beta/models/…`) and Vertex AI (`/v1/projects/{p}/locations/{l}/publishers/google/
-  models/{m}:…`). A `streamGenerateContent` without `alt=sse` answers one JSON array, which
-  the engine does not read: it is refused (400) before anything is sent.
-- **Tools**: every `functionDeclarations` entry of the request's `tools`: its name and its
-  schema, `parametersJsonSchema` (JSON Schema, as it is) or `parameters` (the API's OpenAPI
-  subset: upper-case types and `nullable`, read as the JSON Schema they mean). Other tools
+  (`/v1beta/models/…`, `/v1beta/tunedModels/…`) and Vertex AI (`/v1/projects/{p}/locations/
+  {l}/publishers/google/models/{m}:…`, and a tuned model's `…/endpoints/{e}:…`). A
+  `streamGenerateContent` without `alt=sse` answers one JSON array, which the engine does
+  not read: it is refused (400) before anything is sent.
+- **Tools**: every `functionDeclarations` entry of the request's `tools` (either spelling,
+  lowerCamelCase or snake_case, as the API reads both): its name and its schema,
+  `parametersJsonSchema` (JSON Schema, as it is; preferred) or `parameters` (the API's
+  OpenAPI subset, read as the JSON Schema it means: `json_schema`). Other tools
   (`googleSearch`, `codeExecution`, …) are the provider's.
 - **Held from**: the first chunk that is not text or thought text alone: a `functionCall`,
   a part the provider executed, any part or field the gateway does not know, and the
   `finishReason`.
+- **Refused**: a part that carries a call spelled `function_call` (snake_case): the
+  decoder reads only `functionCall` (and reads a part holding text and `function_call` as
+  the text), while google-genai reads either spelling as the part's call.
 - **The error**: a chunk `{"error": {"code", "message", "status"}}`: google-genai raises
   `APIError` on a chunk whose first key is `error` (a `ServerError` for 5xx, a
   `ClientError` for 4xx). Transient: 503 `UNAVAILABLE`; else 400 `FAILED_PRECONDITION`.
@@ -42,6 +47,8 @@ KEEPALIVE = b"\n"
 _REQUEST = re.compile(
     r"/(?:models|tunedModels)/(?P<model>[^/:]+):(?P<method>streamGenerateContent|generateContent)$"
 )
+# A tuned model's endpoint on Vertex AI: the same methods, a resource that names no model.
+_ENDPOINT = re.compile(r"/endpoints/[^/:]+:(?P<method>streamGenerateContent|generateContent)$")
 _STREAMED = ProtocolTarget(stream=True)
 _WHOLE = ProtocolTarget(stream=False)
 _ARRAY = ProtocolTarget(
@@ -72,6 +79,25 @@ _STATUS = {
     503: "UNAVAILABLE",
     504: "DEADLINE_EXCEEDED",
 }
+# A part's call in the spelling the decoder does not read and google-genai does (its models
+# take snake_case field names too).
+_SNAKE_CALL = "function_call"
+_MAYBE_SNAKE_CALL = (b"_call", b"\\u")  # one of these is in the data of any such part
+# The Schema fields the API also reads in snake_case, by their lowerCamelCase names.
+_SNAKE_KEYWORDS = {
+    "any_of": "anyOf",
+    "min_items": "minItems",
+    "max_items": "maxItems",
+    "min_length": "minLength",
+    "max_length": "maxLength",
+    "min_properties": "minProperties",
+    "max_properties": "maxProperties",
+    "property_ordering": "propertyOrdering",
+}
+# The Schema's int64 fields, which protobuf's JSON writes as strings ("1").
+_COUNTS = frozenset(
+    {"minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties"}
+)
 _OPENAPI_TYPES = {
     "STRING": "string",
     "NUMBER": "number",
@@ -91,7 +117,8 @@ class GeminiGateway:
     def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
         if method.upper() != "POST":
             return None
-        found = _REQUEST.search(path.rstrip("/"))
+        trimmed = path.rstrip("/")
+        found = _REQUEST.search(trimmed) or _ENDPOINT.search(trimmed)
         if found is None:
             return None
         if found.group("method") == "generateContent":
@@ -177,7 +204,23 @@ class GeminiGateway:
         return False
 
     def unreadable_action(self, event: ServerSentEvent) -> str | None:
-        return None  # a part the decoder cannot replay fails in the decoder
+        # A part the decoder cannot replay fails in the decoder; a call it does not read,
+        # beside what it does read, fails here.
+        data = event.data
+        if not any(marker in data for marker in _MAYBE_SNAKE_CALL):
+            return None
+        payload = _payload(event)
+        candidates = payload.get("candidates") if payload is not None else None
+        for candidate in candidates if type(candidates) is list else ():
+            content = candidate.get("content") if type(candidate) is dict else None
+            parts = content.get("parts") if type(content) is dict else None
+            for part in parts if type(parts) is list else ():
+                if type(part) is dict and part.get(_SNAKE_CALL) is not None:
+                    return (
+                        "a part holds a call spelled `function_call`, which google-genai "
+                        "reads as a call and lockgate does not; the response is refused"
+                    )
+        return None
 
     def is_finish(self, event: ServerSentEvent) -> bool:
         payload = _payload(event)
@@ -240,12 +283,20 @@ def _declarations(request: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def json_schema(openapi: object, depth: int = 0) -> object:
     """The JSON Schema an OpenAPI-subset schema of the Gemini API means: its upper-case
-    types lower-cased, `nullable: true` as a `null` type beside the other; every other
-    keyword as it is (nested schemas converted alike)."""
+    types lower-cased; `nullable: true` as null allowed beside the rest (a `null` type
+    beside the other, null among the `enum` values, a `null` alternative of `anyOf`);
+    the fields the API also reads in snake_case (`any_of`, `min_items` …) under their
+    lowerCamelCase names (the latter win when both are given); the int64 counts protobuf
+    writes as strings (`"minItems": "1"`) as numbers; every other keyword as it is (nested
+    schemas converted alike)."""
     if depth > 64 or not isinstance(openapi, dict):
         return openapi
     converted: dict[str, Any] = {}
-    for key, value in openapi.items():
+    for name, value in openapi.items():
+        given = str(name)  # a JSON object's keys are strings
+        key = _SNAKE_KEYWORDS.get(given, given)
+        if key != given and key in openapi:
+            continue  # both spellings: the lowerCamelCase one is read
         if key == "type" and isinstance(value, str):
             converted[key] = _OPENAPI_TYPES.get(value.upper(), value)
         elif key == "nullable":
@@ -256,10 +307,18 @@ def json_schema(openapi: object, depth: int = 0) -> object:
             converted[key] = json_schema(value, depth + 1)
         elif key in ("anyOf", "oneOf", "allOf") and isinstance(value, list):
             converted[key] = [json_schema(sub, depth + 1) for sub in value]
+        elif key in _COUNTS and isinstance(value, str) and value.isascii() and value.isdigit():
+            converted[key] = int(value)
         else:
             converted[key] = value
-    if openapi.get("nullable") is True and isinstance(converted.get("type"), str):
-        converted["type"] = [converted["type"], "null"]
+    if openapi.get("nullable") is True:
+        kind, values, alternatives = (converted.get(k) for k in ("type", "enum", "anyOf"))
+        if isinstance(kind, str):
+            converted["type"] = [kind, "null"]
+        if isinstance(values, list) and None not in values:
+            converted["enum"] = [*values, None]
+        if isinstance(alternatives, list):
+            converted["anyOf"] = [*alternatives, {"type": "null"}]
     return converted
 
 
