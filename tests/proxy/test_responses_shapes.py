@@ -242,3 +242,30 @@ def test_lockgate_run_keeps_refusing_what_it_cannot_execute(shape: str) -> None:
     events = [copy.deepcopy(event) for event in builder.completed().events]
     verdict = run(oracle_turn("responses", Turn(events=tuple(events))))
     assert (verdict.accepted, verdict.kind) == (False, "unsupported_output")
+
+
+def test_a_tool_search_the_client_runs_is_a_call_only_where_it_declared_it() -> None:
+    # Codex with classic tools declares `{"type": "tool_search", "execution": "client"}`.
+    search = {
+        "id": "ts_1",
+        "type": "tool_search_call",
+        "call_id": "call_search",
+        "execution": "client",
+        "arguments": {"query": "exec", "limit": 5},
+        "status": "completed",
+    }
+    declared = codex_request(top=({"type": "tool_search", "execution": "client"},))
+    builder = ResponseBuilder("resp_ts").created()
+    builder.output_item(search)
+    outcome, _ = judged(declared, builder)
+    assert isinstance(outcome, Accepted)
+    assert [call.name for call in outcome.decision.message.tool_calls] == ["tool_search_call"]
+    provider = codex_request(top=({"type": "tool_search"},))
+    builder = ResponseBuilder("resp_ts").created()
+    builder.output_item(search)
+    kind, message = refusal(judged(provider, builder)[0])
+    assert kind == "invalid_batch"  # the provider searches: no client may run this item
+    assert "a tool_search_call item, but the request declares no such built-in tool" in message
+    builder = ResponseBuilder("resp_ts").created()
+    builder.output_item({key: value for key, value in search.items() if key != "execution"})
+    assert isinstance(judged(provider, builder)[0], Accepted)  # the provider's own: output

@@ -91,6 +91,9 @@ CLIENT_BUILTIN_TOOLS = {
     "apply_patch": "apply_patch_call",
     "computer_use_preview": "computer_call",
     "computer": "computer_call",
+    # Tool search the client runs itself (`execution: "client"`, as Codex declares it): its
+    # `tool_search_call` items with `execution: "client"` are calls; others the provider's.
+    "tool_search": "tool_search_call",
 }
 _CLIENT_BUILTIN_ITEMS = frozenset(CLIENT_BUILTIN_TOOLS.values())
 _CUSTOM = "custom_tool_call"
@@ -118,6 +121,15 @@ def _response_id(response: dict[str, Any]) -> str:
 
 def _lifecycle(message: str) -> ResponseFailure:
     return ResponseFailure(FailureKind.LIFECYCLE, message)
+
+
+def _is_call(item: dict[str, Any], call_kinds: frozenset[str]) -> bool:
+    """Whether an output item is a call (an item of `call_kinds`; a tool search only when
+    the client executes it)."""
+    kind = item.get("type")
+    if kind == "tool_search_call":
+        return kind in call_kinds and item.get("execution") == "client"
+    return kind in call_kinds
 
 
 def _disagreement_kind(call_kinds: frozenset[str], *kinds: str) -> FailureKind:
@@ -238,7 +250,7 @@ class _Items:
                 f"{kind or 'untyped'} {item_id!r}",
             )
         streamed.done = True
-        if kind in self.call_kinds:
+        if _is_call(item, self.call_kinds):
             self.done_calls[place] = _call_of(item)
 
     def _open_place(self, kind: str, item_id: str) -> int | None:
@@ -462,12 +474,13 @@ class ResponsesDecoder:
     def _item_done(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
         item = object_field(payload.get("item"), "item")
         self._items.done(payload, item)
-        kind = item.get("type")
-        if kind in self._call_kinds and item.get("status") not in (None, "completed"):
+        if not _is_call(item, self._call_kinds):
+            return NOTHING
+        if item.get("status") not in (None, "completed"):
             self._incomplete_calls.append(
                 optional_string_field(item.get("call_id"), "item.call_id")
             )
-        elif kind in self._call_kinds and kind not in _STREAMED_CALLS:
+        elif item.get("type") not in _STREAMED_CALLS:
             return (self._started_call(item, payload),)  # a built-in tool's item, whole
         return NOTHING
 
@@ -514,7 +527,7 @@ class ResponsesDecoder:
         incomplete = self._incomplete_calls + [
             call_id
             for raw in output
-            if raw.get("type") in self._call_kinds and raw.get("status") not in (None, "completed")
+            if _is_call(raw, self._call_kinds) and raw.get("status") not in (None, "completed")
             for call_id in [str(raw.get("call_id"))]
         ]
         if incomplete:
@@ -575,7 +588,7 @@ class ResponsesDecoder:
 
 def _output_items(item: dict[str, Any], call_kinds: frozenset[str]) -> list[OutputItem]:
     kind = item.get("type")
-    if kind in call_kinds:
+    if _is_call(item, call_kinds):
         return [_call_of(item)]
     if kind == _REASONING:
         return [OutputNative("reasoning", item)]

@@ -264,6 +264,8 @@ def _declared(tool: dict[str, Any], namespace: str, validate_schemas: bool) -> T
             name, description, None, validate_schemas=False, namespace=namespace, form=CALL_CUSTOM
         )
     item = CLIENT_BUILTIN_TOOLS.get(kind) if isinstance(kind, str) else None
+    if kind == "tool_search" and tool.get("execution") != "client":
+        item = None  # the provider searches: its items are provider output
     if item is not None and not namespace:
         return declared_tool(item, "", None, validate_schemas=False, form=item)
     return None
