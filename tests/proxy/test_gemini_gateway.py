@@ -618,15 +618,15 @@ def test_an_upstream_error_chunk_reaches_google_genai_as_lockgates_refusal(
         assert "The model is overloaded." in raised.message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the engine forwards an upstream `event:` name (sse.canonical_frame), which no "
-    "Gemini client reads: google-genai raises UnknownApiResponseError on the line, "
-    "@google/genai 1.30 reads nothing after it (engine change proposed in the report)",
-)
-def test_a_named_event_reaches_google_genai_as_data_it_reads() -> None:
+def test_a_named_event_is_refused_for_no_gemini_client_reads_one() -> None:
+    # google-genai reads a line that is not `data: ` as raw JSON and raises on it;
+    # @google/genai reads nothing after it: the gate cannot release what they would read.
     frames = native_frames("gemini", Reply("resp_text", (Say("Only text."),)))
-    named = [frames[0], b"event: note\r\n" + frames[1], *frames[2:]]
+    named = [frames[0], b"event: message\r\n" + frames[1], *frames[2:]]
     result = gated(Upstream(named))
-    if isinstance(result.outcome, Accepted):  # either refused, or read as the gate judged it
-        assert dumped(read("httpx2", result.output)) == dumped(read("httpx2", canonical(frames)))
+    assert isinstance(result.outcome, Refused)
+    assert result.outcome.refusal.kind == "malformed_event"
+    assert not any(line.startswith(b"event:") for line in result.output.splitlines())
+    for reader in READERS:
+        raised = read(reader, result.output).raised
+        assert raised is not None, reader

@@ -751,9 +751,12 @@ def test_a_cut_frame_at_the_end_of_the_body_is_malformed() -> None:
     assert caught.value.kind is FailureKind.MALFORMED_EVENT
 
 
-def test_sse_event_names_are_not_read() -> None:
+def test_a_named_event_is_malformed_for_gemini_clients_read_data_lines_only() -> None:
     payload = b"event: message\r\n" + body([chunk(text("Hi"), finish="STOP")])
-    assert decide(payload).message.content == "Hi"
+    with pytest.raises(ResponseFailure) as caught:
+        decide(payload)
+    assert caught.value.kind is FailureKind.MALFORMED_EVENT
+    assert "'message'" in caught.value.message
 
 
 # --- usage ----------------------------------------------------------------------------------------

@@ -241,6 +241,10 @@ class GeminiDecoder:
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
         if self._terminated:
             return AFTER_END
+        if event.event is not None:
+            # Gemini streams are data lines only; google-genai reads any other line as raw
+            # JSON and raises, @google/genai reads nothing after it.
+            raise _malformed(f"a Gemini event carries no name (this one is named {event.event!r})")
         try:
             payload = parse_event(event.data)
         except ValueError as exc:
