@@ -418,6 +418,18 @@ def ends_with_refusal(data: bytes, provider: str) -> bool:
             and isinstance(error, dict)
             and {"code", "message", "status"} <= set(error)
         )
+    if provider == "responses":  # `error` (the SDKs raise on it), then `response.failed`
+        if len(found) < 2 or found[-2].event is None or found[-2].event.event != "error":
+            return False
+        error = json.loads(found[-2].event.data).get("error")
+        response = payload.get("response")
+        return (
+            event.event == "response.failed"
+            and isinstance(error, dict)
+            and isinstance(response, dict)
+            and response.get("status") == "failed"
+            and response.get("error") == {"code": error["code"], "message": error["message"]}
+        )
     return (
         event.event == "error"
         and payload.get("type") == "error"

@@ -364,10 +364,18 @@ def test_the_responses_error_takes_the_next_sequence_number() -> None:
     before, after = split_at_hold(frames)
     gated = gate("responses", Upstream([*before, after[0]]))
     last_forwarded = json.loads(SSEDecoder().feed(before[-1])[-1].data)["sequence_number"]
-    error = json.loads(SSEDecoder().feed(gated.pieces[-1])[-1].data)
-    assert error["sequence_number"] == last_forwarded + 1
-    assert error["error"]["code"] == "lockgate_stream_ended"
-    assert error["error"]["type"] == "server_error"
+    first, then = (json.loads(event.data) for event in SSEDecoder().feed(gated.pieces[-1]))
+    assert (first["type"], then["type"]) == ("error", "response.failed")
+    assert first["sequence_number"] == last_forwarded + 1
+    assert then["sequence_number"] == last_forwarded + 2
+    assert first["error"]["code"] == "lockgate_stream_ended"
+    assert first["error"]["type"] == "server_error"
+    # Codex reads only the second: the same code and message, the response's own id.
+    assert then["response"]["error"] == {
+        "code": "lockgate_stream_ended",
+        "message": first["error"]["message"],
+    }
+    assert then["response"]["id"].startswith("resp_")
 
 
 def test_an_error_before_anything_else_is_the_whole_output() -> None:

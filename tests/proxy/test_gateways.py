@@ -271,7 +271,15 @@ def test_the_refusal_frame_is_the_protocols_stream_error(provider: str, transien
     )
     frame = gateway.refusal_frame(refusal, None)
     frame.decode("utf-8")  # a lone surrogate travels as its JSON escape
-    (event,) = SSEDecoder().feed(frame)
+    events = SSEDecoder().feed(frame)
+    if provider == "responses":  # `error`, then `response.failed` (what Codex reads)
+        event, failed = events
+        response = json.loads(failed.data)["response"]
+        assert (failed.event, response["status"]) == ("response.failed", "failed")
+        assert response["error"]["message"] == refusal.message
+        assert "sequence_number" not in json.loads(failed.data)
+    else:
+        (event,) = events
     payload = json.loads(event.data)
     error = payload["error"]
     assert error["message"] == refusal.message

@@ -19,6 +19,7 @@ from lockgate.providers import provider as registry_entry
 from lockgate.proxy import Accepted
 from lockgate.scripted.reply import Call, Part, Refuse, Reply, Say, Think
 from lockgate.scripted.scenario import EDIT_FIX
+from lockgate.sse import SSEDecoder
 
 from .support import (
     PROTOCOLS,
@@ -135,5 +136,5 @@ def test_the_engine_passes_what_lockgate_run_accepts_and_refuses_the_rest(
     assert outcome.refusal.kind == verdict.kind
     assert tool_events(gated.output) == []
     assert ends_with_refusal(gated.output, provider)
-    error = json.loads(gated.pieces[-1].split(b"data: ", 1)[1])["error"]
+    error = json.loads(SSEDecoder().feed(gated.pieces[-1])[0].data)["error"]
     assert error["message"].startswith("lockgate ")

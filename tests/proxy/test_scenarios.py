@@ -155,9 +155,12 @@ async def _check_turns(provider: str, scenario: Scenario) -> tuple[list[str], li
                 f"{where}: a tool event reached the client: {tool_events(gated.output)}"
             )
         last = gated.pieces[-1]
-        error = json.loads(SSEDecoder().feed(last)[-1].data)
+        error = json.loads(SSEDecoder().feed(last)[0].data)
         message = error["error"]["message"]
-        if not ends_with_refusal(gated.output, provider) or len(frames(last)) != 1:
+        # One refusal: one frame (Responses: `error`, then `response.failed`).
+        if not ends_with_refusal(gated.output, provider) or len(frames(last)) != (
+            2 if provider == "responses" else 1
+        ):
             problems.append(f"{where}: the output does not end with one refusal frame")
         if not message.startswith("lockgate ") or refusal.kind not in message:
             problems.append(f"{where}: the error does not say what was withheld and why")

@@ -20,11 +20,15 @@ the `openai` SDK raises on.
   asking the client for an action (`computer_call`), and any type the gateway does not know
   hold the stream from there on. The event name says it without parsing (data-only
   gateways' frames are parsed for their `type`); holding early only delays.
-- **The error**: `event: error` with the nested form `{"type": "error", "error": {"type",
-  "code", "message"}}`: the SDK raises `APIError` on a data object with a truthy `error`
-  key (the flat form and `response.failed` are only yielded as events). Its
-  `sequence_number` is the one after the last event forwarded, as the stream would have
-  numbered it. `type` is `server_error` when a new request may succeed (lockgate's own
+- **The error**: two events, for the clients read different ones. First `event: error`
+  with the nested form `{"type": "error", "error": {"type", "code", "message"}}`: the
+  Python SDK raises `APIError` on a data object with a truthy `error` key and reads no
+  further (the flat form and `response.failed` it only yields as events); then
+  `response.failed` whose response's `error` holds the same `code` and `message`: Codex
+  ignores every `error` event (it reports "stream closed before response.completed") and
+  shows, and retries, a `response.failed` (tried with Codex 0.171, `interop/agents/frames.py`).
+  Their `sequence_number`s follow the last event forwarded, as the stream would have
+  numbered them. `type` is `server_error` when a new request may succeed (lockgate's own
   decoder then reads it as transient), `lockgate_refused` otherwise; `code` names the
   failure (`lockgate_<kind>`).
 - **A whole response** (no `stream`) is judged as the stream `response.created`, an
@@ -190,11 +194,21 @@ class ResponsesGateway:
         return KEEPALIVE
 
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        body: dict[str, Any] = {"error": _error(refusal)}
+        error = _error(refusal)
+        failed = {
+            "id": _response_id(last) or "resp_lockgate_refused",
+            "object": "response",
+            "status": "failed",
+            "error": {"code": error["code"], "message": error["message"]},
+            "output": [],
+        }
+        first: dict[str, Any] = {"error": error}
+        then: dict[str, Any] = {"response": failed}
         number = _sequence_number(last)
         if number is not None:
-            body["sequence_number"] = number + 1
-        return _frame("error", body)
+            first["sequence_number"] = number + 1
+            then["sequence_number"] = number + 2
+        return _frame("error", first) + _frame("response.failed", then)
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
@@ -210,6 +224,14 @@ def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
     """One event: its name as the `event:` line and as the data's `type`, first."""
     data = compact_json({"type": name, **payload}).encode("utf-8", "backslashreplace")
     return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _response_id(event: ServerSentEvent | None) -> str | None:
+    """The response's id, where the last event forwarded states it (`response.*`)."""
+    payload = None if event is None else _payload(event)
+    response = None if payload is None else payload.get("response")
+    found = response.get("id") if type(response) is dict else None
+    return found if type(found) is str and found else None
 
 
 def _sequence_number(event: ServerSentEvent | None) -> int | None:
