@@ -124,3 +124,61 @@ def test_a_misconfigured_factory_says_one_line_and_exits_4(
         asyncio.run(app_factory())
     assert raised.value.code == 4  # gunicorn's APP_LOAD_ERROR: its master stops
     assert capsys.readouterr().err.splitlines() == ["lockgate proxy: LOCKGATE_UPSTREAM is not set"]
+
+
+def test_a_config_file_names_every_route(tmp_path: Path) -> None:
+    from lockgate.proxy.environment import settings_from_environment
+
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        "client_token: {env: LG_TOKEN}\n"
+        "routes:\n"
+        "  - {name: openai, prefix: /openai, upstream: 'https://api.openai.example',"
+        " key: {env: LG_OPENAI}}\n"
+        "  - {name: anthropic, prefix: /anthropic, upstream: 'https://api.anthropic.example',"
+        " key: {file: " + secret_file(tmp_path, "key", HELD_KEY + "\n") + "}}\n"
+    )
+    environ = {"LOCKGATE_CONFIG": str(config), "LG_TOKEN": TOKEN, "LG_OPENAI": HELD_KEY + "o"}
+    settings, variables = settings_from_environment(environ)
+    assert [(route.name, route.prefix) for route in settings.routes] == [
+        ("openai", "/openai"),
+        ("anthropic", "/anthropic"),
+    ]
+    assert [route.upstream.key.value for route in settings.routes if route.upstream.key] == [
+        HELD_KEY + "o",
+        HELD_KEY,
+    ]
+    assert settings.client_token is not None
+    assert settings.client_token.value == TOKEN
+    assert sorted(variables) == ["LG_OPENAI", "LG_TOKEN"]  # to forget; the file's stays
+
+
+@pytest.mark.parametrize(
+    ("text", "extra", "expected"),
+    [
+        ("routes: []\n", {}, "proxy.yaml:1: routes: at least one route is needed"),
+        (
+            "routes:\n  - {name: a, upstream: 'https://a.example', key: {env: LG_K}}\n",
+            {"LG_K": HELD_KEY},
+            "proxy.yaml: a route holds a key: the file needs a client_token",
+        ),
+        (
+            "routes:\n  - {name: a, upstream: 'https://a.example'}\n",
+            {"LOCKGATE_UPSTREAM": "https://b.example"},
+            "LOCKGATE_CONFIG and LOCKGATE_UPSTREAM: give one",
+        ),
+    ],
+)
+def test_a_config_file_it_cannot_use_is_one_line(
+    tmp_path: Path, text: str, extra: dict[str, str], expected: str
+) -> None:
+    from lockgate.proxy.environment import settings_from_environment
+
+    config = tmp_path / "proxy.yaml"
+    config.write_text(text)
+    with pytest.raises(ValueError, match=r".+") as raised:
+        settings_from_environment({"LOCKGATE_CONFIG": str(config), **extra})
+    message = str(raised.value)
+    assert "\n" not in message
+    assert HELD_KEY not in message
+    assert message.removeprefix(str(tmp_path) + "/").startswith(expected), message

@@ -1,9 +1,9 @@
 """The proxy under a real gunicorn with aiohttp's worker (skipped when gunicorn is not
 installed): two workers serve a gated stream with the key and the token read from files, and
 no process of the server (master or worker) holds either in its environment block (M4; read
-from variables, every process does); a
-misconfiguration is one line from each worker that started and gunicorn's defined exit 4
-(App failed to load), never a traceback (L9)."""
+from variables, every process does); one worker serves the routes of a config file
+(`LOCKGATE_CONFIG`); a misconfiguration is one line from each worker that started and
+gunicorn's defined exit 4 (App failed to load), never a traceback (L9)."""
 
 from __future__ import annotations
 
@@ -91,12 +91,12 @@ def accepting(port: int) -> bool:
     return True
 
 
-def post_chat(port: int) -> tuple[int, bytes]:
+def post_chat(port: int, path: str = "/v1/chat/completions") -> tuple[int, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
         conn.request(
             "POST",
-            "/v1/chat/completions",
+            path,
             json.dumps(request_for("chat")),
             {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
         )
@@ -161,3 +161,28 @@ def test_a_misconfigured_factory_is_one_line_and_gunicorns_exit_4() -> None:
     ours = [line for line in err.splitlines() if line.startswith("lockgate proxy: ")]
     assert ours == ["lockgate proxy: LOCKGATE_UPSTREAM is not set"]
     assert "App failed to load" in err
+
+
+def test_raw_gunicorn_serves_the_routes_of_a_config_file(tmp_path: Path) -> None:
+    port = dead_port()
+    with ServerThread([ACCEPTED], provider="chat") as server:
+        upstream = server.base_url.removesuffix("/v1")
+        config = tmp_path / "proxy.yaml"
+        config.write_text(
+            f"client_token: {{file: {write_secret(tmp_path / 'token', TOKEN)}}}\n"
+            "routes:\n"
+            f"  - {{name: local, prefix: /local, upstream: '{upstream}',"
+            f" key: {{file: {write_secret(tmp_path / 'key', HELD_KEY)}}}}}\n"
+            "  - {name: other, prefix: /other, upstream: 'http://127.0.0.1:9'}\n"
+        )
+        env = clean_environment(LOCKGATE_CONFIG=str(config))
+        with gunicorn(port, env, workers=1) as process:
+            wait_until(
+                lambda: accepting(port), "gunicorn serves", alive=lambda: process.poll() is None
+            )
+            answer = post_chat(port, "/local/v1/chat/completions")
+            unrouted = post_chat(port, "/v1/chat/completions")
+    assert answer == (200, turn_bytes(ACCEPTED, "chat"))
+    assert unrouted[0] == 404  # no route serves a path outside every prefix
+    assert server.server is not None
+    assert [r.headers["authorization"] for r in server.server.requests] == ["Bearer [redacted]"]

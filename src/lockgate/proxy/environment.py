@@ -1,5 +1,7 @@
 """The proxy configured from the environment, for gunicorn's aiohttp worker (`app_factory`):
-`LOCKGATE_UPSTREAM` and the rest, as `config_from_environment` lists them. The key and the
+a config file (`LOCKGATE_CONFIG=/etc/lockgate/proxy.yaml`, every route and setting in it,
+`settings_from_environment`), or one route from `LOCKGATE_UPSTREAM` and the rest, as
+`config_from_environment` lists them. The key and the
 client token come from files (`LOCKGATE_API_KEY_FILE`, `LOCKGATE_CLIENT_TOKEN_FILE`: only a
 regular file, one line, is read) or from variables whose names are given
 (`LOCKGATE_API_KEY_ENV`, `LOCKGATE_CLIENT_TOKEN_ENV`). A variable's value stays in the
@@ -15,6 +17,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping
+from pathlib import Path
 
 from ..credentials import api_key_problem
 from ..gate import GateLimits
@@ -23,11 +26,20 @@ from .config import (
     DEFAULT_HEAD_TIMEOUT,
     DEFAULT_MAX_HELD_BYTES,
     DEFAULT_MAX_STREAMS,
+    ConfigError,
     ProxyConfig,
+    ProxySettings,
+    load_settings,
+    resolve_secrets,
 )
 from .engine import GatingOptions, Hold
 
-__all__ = ["config_from_environment", "environment_config", "limit_variable"]
+__all__ = [
+    "config_from_environment",
+    "environment_config",
+    "limit_variable",
+    "settings_from_environment",
+]
 
 MAX_SECRET_FILE_BYTES = 64 * 1024
 
@@ -216,3 +228,24 @@ def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyCo
     `LOCKGATE_MAX_REASONING_CHARS`, `LOCKGATE_MAX_NATIVE_ITEMS`,
     `LOCKGATE_MAX_NATIVE_BYTES`)."""
     return environment_config(os.environ if environ is None else environ)[0]
+
+
+def settings_from_environment(env: Mapping[str, str]) -> tuple[ProxySettings, list[str]]:
+    """The settings (every secret read) and the variables that held secrets (to wipe):
+    from the file `LOCKGATE_CONFIG` names, or from `LOCKGATE_UPSTREAM` and the rest.
+    ValueError: one line, never quoting a secret. The file's `listen` is not used (gunicorn
+    binds); a file whose routes hold a key needs its `client_token`, as the listen address
+    is not known here."""
+    path = env.get("LOCKGATE_CONFIG")
+    if not path:
+        config, variables = environment_config(env)
+        return config.settings(), variables
+    if env.get("LOCKGATE_UPSTREAM"):
+        raise ValueError("LOCKGATE_CONFIG and LOCKGATE_UPSTREAM: give one (the file's routes)")
+    try:
+        settings, _, variables = resolve_secrets(load_settings(Path(path)), env)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    if settings.holds_keys and settings.client_token is None:
+        raise ValueError(f"{path}: a route holds a key: the file needs a client_token")
+    return settings, variables

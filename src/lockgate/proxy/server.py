@@ -71,7 +71,7 @@ from .config import (
     upstream_problem,
 )
 from .engine import HeldBudget
-from .environment import config_from_environment, environment_config
+from .environment import config_from_environment, settings_from_environment
 from .exchange import ProxyExchange, RouteRuntime, UpstreamRuntime
 from .flow import (
     Flow,
@@ -713,7 +713,8 @@ def _environment_log(record: ProxyRecord) -> None:
 
 async def app_factory() -> web.AppRunner:
     """The proxy for gunicorn's aiohttp worker, configured from the environment
-    (`environment.config_from_environment`): `gunicorn lockgate.proxy.server:app_factory
+    (`environment.settings_from_environment`: the config file `LOCKGATE_CONFIG` names, or
+    `LOCKGATE_UPSTREAM` and the rest): `gunicorn lockgate.proxy.server:app_factory
     --worker-class aiohttp.GunicornWebWorker`. It returns the proxy's own runner (the worker
     uses it as it is): the head timeout is `LOCKGATE_HEAD_TIMEOUT` (not gunicorn's
     `--keep-alive`) and the grace period `LOCKGATE_GRACE` (keep it below gunicorn's
@@ -727,10 +728,10 @@ async def app_factory() -> web.AppRunner:
     gunicorn's code for an application that cannot load (its master stops instead of
     starting workers again)."""
     try:
-        config, variables = environment_config(os.environ)
+        settings, variables = settings_from_environment(os.environ)
     except ValueError as exc:
         print(f"lockgate proxy: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(APP_LOAD_ERROR) from None
     for variable in variables:
         os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
-    return ProxyServer(config, _environment_log).runner()
+    return ProxyServer(settings, _environment_log).runner()
