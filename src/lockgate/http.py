@@ -27,6 +27,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import ssl
 import sys
 from collections.abc import AsyncIterator, Mapping
@@ -59,10 +60,19 @@ def encode_body(request: Mapping[str, Any]) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
+# aiohttp's payload errors quote an inner error with a status it never received:
+# `<TransferEncodingError: 400, message='Not enough data …'>`; the status is not the
+# server's, so it is left out.
+_INNER_PAYLOAD_ERROR = re.compile(r"<(\w+): \d{3}, message='([^']*)'>")
+
+
 def describe(exc: BaseException) -> str:
     """`Type: first line of the message` (for connection and stream errors)."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    first = _INNER_PAYLOAD_ERROR.sub(r"\1: \2", text[0])
+    return f"{type(exc).__name__}: {first}"
 
 
 class RawStream:

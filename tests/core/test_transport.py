@@ -211,3 +211,21 @@ def test_every_bounded_client_shares_one_certificate_context() -> None:
     for client in (first, second):
         pool = client._transport._pool  # type: ignore[attr-defined]
         assert pool._ssl_context is shared_ssl_context(False)
+
+
+def test_a_cut_body_is_described_without_a_status_the_server_never_sent() -> None:
+    import aiohttp
+    from aiohttp.http_exceptions import TransferEncodingError
+
+    from lockgate.http import describe
+
+    inner = TransferEncodingError("Not enough data to satisfy transfer length header.")
+    cut = aiohttp.ClientPayloadError(f"Response payload is not completed: {inner!r}")
+    assert "400" in str(cut)  # aiohttp's own text quotes a status the server never sent
+    assert describe(cut) == (
+        "ClientPayloadError: Response payload is not completed: TransferEncodingError: "
+        "Not enough data to satisfy transfer length header."
+    )
+    assert describe(ConnectionResetError("reset by peer\nmore")) == (
+        "ConnectionResetError: reset by peer"
+    )
