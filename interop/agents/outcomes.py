@@ -1,5 +1,5 @@
-"""What the hostile server does with an agent's first request: one complete response, or one
-of eight broken ones.
+"""What the hostile server does with an agent's first request: one complete response, one
+of eight broken ones, or one of four opening faults.
 
 Every response starts with one valid, complete call to the agent's own shell tool (a command
 that creates a marker file), except `eof-inside-args`, which ends inside that call's
@@ -19,13 +19,25 @@ arguments. What follows the call decides the outcome:
 
 An agent "ran a broken response" when the marker exists after any of the eight breaks: it
 acted on a response that was not complete, or on a batch that was not wholly valid.
+
+The opening faults break only the first request that would get the call, before any byte of
+an answer (`Opening`); every later one gets the complete response, so a session that
+survives the fault runs the command and finishes:
+
+- `429-once`: HTTP 429, `retry-after: 1`, the protocol's rate-limit error body;
+- `500-once`: HTTP 500, the protocol's server-error body;
+- `reset-before-head-once`: the request is read, then a TCP reset, no byte answered;
+- `silence-before-head-once`: the request is read, then silence until the client leaves.
+
+There the marker is the wanted end: it says the agent (or the proxy for it) got past the
+fault.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["BREAKS", "Ending", "Outcome", "Terminal"]
+__all__ = ["BREAKS", "GROUPS", "OPENING_FAULTS", "Ending", "Opening", "Outcome", "Terminal"]
 
 
 class Outcome(enum.Enum):
@@ -38,10 +50,21 @@ class Outcome(enum.Enum):
     IN_STREAM_ERROR = "in-stream-error"
     OUTPUT_LIMIT = "output-limit"
     STALL = "stall"
+    RATE_LIMITED_ONCE = "429-once"
+    SERVER_ERROR_ONCE = "500-once"
+    RESET_BEFORE_HEAD_ONCE = "reset-before-head-once"
+    SILENCE_BEFORE_HEAD_ONCE = "silence-before-head-once"
+
+    @property
+    def opening(self) -> Opening | None:
+        """The fault that answers the first request before any byte (None: not one)."""
+        return _OPENINGS.get(self)
 
     @property
     def terminal(self) -> Terminal:
         """How the body's events end."""
+        if self.opening is not None:
+            return Terminal.SUCCESS  # the answer after the fault is the complete one
         if self in (Outcome.COMPLETE, Outcome.SECOND_CALL_INVALID, Outcome.SECOND_CALL_UNKNOWN):
             return Terminal.SUCCESS
         if self is Outcome.IN_STREAM_ERROR:
@@ -60,6 +83,24 @@ class Outcome(enum.Enum):
         return Ending.CLEAN
 
 
+class Opening(enum.Enum):
+    """How the first request that would get the call is answered, before any byte of a
+    response."""
+
+    RATE_LIMIT = "429"  # 429, retry-after: 1, the protocol's rate-limit error
+    SERVER_ERROR = "500"  # 500, the protocol's server error
+    RESET = "reset"  # a TCP reset
+    SILENCE = "silence"  # nothing, until the client leaves
+
+
+_OPENINGS: dict[Outcome, Opening] = {
+    Outcome.RATE_LIMITED_ONCE: Opening.RATE_LIMIT,
+    Outcome.SERVER_ERROR_ONCE: Opening.SERVER_ERROR,
+    Outcome.RESET_BEFORE_HEAD_ONCE: Opening.RESET,
+    Outcome.SILENCE_BEFORE_HEAD_ONCE: Opening.SILENCE,
+}
+
+
 class Terminal(enum.Enum):
     SUCCESS = "success"
     NONE = "none"
@@ -73,4 +114,11 @@ class Ending(enum.Enum):
     STALL = "stall"
 
 
-BREAKS: tuple[Outcome, ...] = tuple(o for o in Outcome if o is not Outcome.COMPLETE)
+OPENING_FAULTS: tuple[Outcome, ...] = tuple(_OPENINGS)
+BREAKS: tuple[Outcome, ...] = tuple(
+    o for o in Outcome if o is not Outcome.COMPLETE and o not in _OPENINGS
+)
+GROUPS: dict[str, tuple[Outcome, ...]] = {
+    "gate": (Outcome.COMPLETE, *BREAKS),  # the complete response and the eight breaks
+    "opening": OPENING_FAULTS,  # the four faults before the first byte, once
+}

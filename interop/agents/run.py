@@ -7,14 +7,18 @@
 
 Installs the pinned agents (`agents.PACKAGES`) with npm into the cache folder (default
 `~/.cache/lockgate/interop-agents`, or `$LOCKGATE_INTEROP_CACHE`; skipped when they are
-there), then runs every agent x outcome (`complete` and the eight breaks) x path: `direct`
-(the agent talks to the hostile server) and `proxy` (`lockgate proxy --upstream SERVER`, its
-default flags plus `--proxy-args`, in between). Each run has its own server, its own proxy,
-its own temporary HOME and work folder, a placeholder key, and a timeout; the agent's process
-group is killed when it runs out.
+there), then runs every agent x outcome (`complete`, the eight breaks and the four opening
+faults; `--outcomes gate` or `opening` for one group) x path: `direct` (the agent talks to
+the hostile server) and `proxy` (`lockgate proxy --upstream SERVER`, its default flags plus
+`--proxy-args`, in between). Each run has its own server, its own proxy, its own temporary
+HOME and work folder, a placeholder key, and a timeout; the agent's process group is killed
+when it runs out.
 
-Prints one line per run, then the table: for each agent and path, how many of the broken
-responses ran the shell command (the marker file exists) and whether the complete one did.
+Prints one line per run, then the tables: for each agent and path, how many of the broken
+responses ran the shell command (the marker file exists) and whether the complete one did;
+and for each opening fault run, whether the session got past it (the command ran, exit 0),
+the requests the server saw, and through the proxy the requests the agent sent it and the
+proxy's retries (with `--json` among the proxy args: its human log line has no retries).
 Writes `results.json` (per run: the marker, exit, time, the requests the server saw, the
 agent's last lines, the proxy's log lines), `report.md` (the tables and every run's last
 lines) and `requests/` (every request, credentials masked) into the output folder (default
@@ -38,14 +42,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .agents import AGENTS, AI_SDK_SCRIPT, GROUPS, PACKAGES, Agent, Installation, RunPaths
-from .hostile import HostileResponder
-from .outcomes import Outcome
+from .hostile import responder_for
+from .outcomes import BREAKS, OPENING_FAULTS, Outcome
+from .outcomes import GROUPS as OUTCOME_GROUPS
 from .server import HostileServer, Responder
 
 __all__ = ["RunResult", "gather_interruptibly", "main", "run_case", "run_one"]
@@ -57,6 +62,8 @@ _LAST_LINES = 12
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x9b]")
 _LOCKGATE_REASON = re.compile(r"lockgate (?:withheld|refused)")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+# The proxy's human log line for one request: `METHOD PATH PROTOCOL OUTCOME… STATUS N ms`.
+_PROXY_REQUEST_LINE = re.compile(r"[A-Z]+ /\S* \S+ .* \d{3} \d+ ms")
 
 
 class UsageError(Exception):
@@ -80,6 +87,8 @@ class RunResult:
     proxy_log: list[str] = field(default_factory=list)
     error: str | None = None
     showed_lockgate_reason: bool = False  # "lockgate withheld|refused" anywhere in its output
+    proxy_requests: int | None = None  # the requests the agent sent the proxy (None: direct)
+    proxy_retries: int | None = None  # the proxy's retries upstream (None: not in its log)
 
 
 # --- installation ----------------------------------------------------------------------------
@@ -229,8 +238,8 @@ async def _start_proxy(
         process.kill()
         await process.wait()
         raise RuntimeError("lockgate proxy said nothing in 60 s") from None
-    match = re.match(r"proxying at (\S+) -> ", first)
-    if match is None:
+    url = _listening_url(first)
+    if url is None:
         rest = (await stdout.read()).decode(errors="replace")
         await process.wait()
         problem = " / ".join(last_lines(first + rest, 3)) or f"exit {process.returncode}"
@@ -244,7 +253,48 @@ async def _start_proxy(
                 return
             lines.append(_printable(line.decode(errors="replace").rstrip()))
 
-    return _Proxy(process, match.group(1).rstrip("/"), lines, asyncio.create_task(read()))
+    return _Proxy(process, url.rstrip("/"), lines, asyncio.create_task(read()))
+
+
+def _listening_url(line: str) -> str | None:
+    """Where the proxy listens, from its first line (`proxying at URL -> UPSTREAM`, or with
+    `--json` the `listening` record)."""
+    match = re.match(r"proxying at (\S+) -> ", line)
+    if match is not None:
+        return match.group(1)
+    record = _json_record(line)
+    if record is not None and record.get("event") == "listening":
+        url = record.get("url")
+        return url if isinstance(url, str) else None
+    return None
+
+
+def _json_record(line: str) -> dict[str, Any] | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def proxy_counts(lines: Sequence[str]) -> tuple[int, int | None]:
+    """From the proxy's log: the requests it served (one line or `--json` record each), and
+    its retries upstream summed (None: its log does not say, without `--json`)."""
+    requests = 0
+    retries: int | None = None
+    for line in lines:
+        record = _json_record(line)
+        if record is not None:
+            if record.get("event") == "request":
+                requests += 1
+                count = record.get("retries")
+                if isinstance(count, int):
+                    retries = (retries or 0) + count
+        elif _PROXY_REQUEST_LINE.fullmatch(line):
+            requests += 1
+    return requests, retries
 
 
 def _kill_group(pid: int, sig: int) -> None:
@@ -270,7 +320,7 @@ async def run_one(agent: Agent, outcome: Outcome, via: str, settings: Settings) 
     """One agent against one hostile response, on one path."""
 
     def responder(command: str) -> Responder:
-        return HostileResponder(outcome, command, settings.pause, settings.functions_namespace)
+        return responder_for(outcome, command, settings.pause, settings.functions_namespace)
 
     return await run_case(agent, outcome.value, responder, via, settings)
 
@@ -354,6 +404,8 @@ async def _run_in(
     except OSError:
         printed = ""
     recording = server.recording()
+    proxy_log = [] if proxy is None else list(proxy.lines)
+    proxy_requests, proxy_retries = proxy_counts(proxy_log)
     requests_dir = settings.out / "requests"
     requests_dir.mkdir(parents=True, exist_ok=True)
     name = f"{agent.name}-{via}-{case}.json"
@@ -379,9 +431,11 @@ async def _run_in(
         ),
         requests=[f"{r.method} {r.path} -> {r.reply}" for r in server.requests],
         last_lines=last_lines(printed),
-        proxy_log=[] if proxy is None else list(proxy.lines),
+        proxy_log=proxy_log,
         error=error,
         showed_lockgate_reason=_LOCKGATE_REASON.search(printed) is not None,
+        proxy_requests=None if proxy is None else proxy_requests,
+        proxy_retries=None if proxy is None else proxy_retries,
     )
     return result
 
@@ -399,7 +453,9 @@ def _ran_label(result: RunResult | None) -> str:
 
 
 def summary_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
-    """Per agent and path: the broken responses that ran the command, and the complete one."""
+    """Per agent and path: the broken responses that ran the command, and the complete one
+    (the opening faults have their own table)."""
+    breaks = {o.value for o in BREAKS}
     lines = [
         "| agent | path | broken responses that ran the command | which | complete response |",
         "| --- | --- | --- | --- | --- |",
@@ -407,9 +463,9 @@ def summary_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
     for agent in agents:
         for via in PATHS:
             runs = [r for r in results if r.agent == agent and r.via == via]
-            if not runs:
+            if not any(r.outcome in breaks or r.outcome == Outcome.COMPLETE.value for r in runs):
                 continue
-            broken = [r for r in runs if r.outcome != Outcome.COMPLETE.value]
+            broken = [r for r in runs if r.outcome in breaks]
             ran = [r.outcome for r in broken if r.ran]
             complete = [r for r in runs if r.outcome == Outcome.COMPLETE.value]
             if not complete:
@@ -426,8 +482,13 @@ def summary_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
 
 
 def outcome_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
-    """Every run: RAN (the marker exists) or -, (t) when the agent ran out of time."""
-    outcomes = [o.value for o in Outcome if any(r.outcome == o.value for r in results)]
+    """Every run of the complete response and the breaks: RAN (the marker exists) or -, (t)
+    when the agent ran out of time."""
+    outcomes = [
+        o.value for o in (Outcome.COMPLETE, *BREAKS) if any(r.outcome == o.value for r in results)
+    ]
+    if not outcomes:
+        return ""
     lines = [
         "| agent | path | " + " | ".join(outcomes) + " |",
         "| --- | --- |" + " --- |" * len(outcomes),
@@ -439,6 +500,53 @@ def outcome_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
                 cells = " | ".join(_ran_label(runs.get(outcome)) for outcome in outcomes)
                 lines.append(f"| {agent} | {via} | {cells} |")
     return "\n".join(lines)
+
+
+def _opening_cell(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def opening_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
+    """Every run of an opening fault: whether the session got past it (the command ran, exit
+    0), the model requests the server saw (in brackets those of the first turn: the fault and
+    its retries), through the proxy the requests the agent sent it and the proxy's retries,
+    the seconds, the agent's last line."""
+    faults = [o.value for o in OPENING_FAULTS]
+    runs = [r for r in results if r.outcome in faults]
+    if not runs:
+        return ""
+    lines = [
+        "| agent | outcome | path | ran | exit | requests at server (first turn) "
+        "| requests to proxy "
+        "| proxy retries | s | last line |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for agent in agents:
+        for fault in faults:
+            for via in PATHS:
+                for r in runs:
+                    if r.agent != agent or r.outcome != fault or r.via != via:
+                        continue
+                    exit_label = "timed out" if r.timed_out else str(r.exit_code)
+                    last = (r.error or (r.last_lines[-1] if r.last_lines else "")).replace("|", "/")
+                    lines.append(
+                        f"| {agent} | {fault} | {via} | {_ran_label(r)} | {exit_label} "
+                        f"| {r.model_requests} ({len(r.hostile_answers)}) "
+                        f"| {_opening_cell(r.proxy_requests)} "
+                        f"| {_opening_cell(r.proxy_retries)} | {r.seconds} | {last[:100]} |"
+                    )
+    return "\n".join(lines)
+
+
+def tables(results: Sequence[RunResult], agents: Sequence[str]) -> list[str]:
+    """The tables of what was run, a blank line after each."""
+    parts: list[str] = []
+    if any(r.outcome not in {o.value for o in OPENING_FAULTS} for r in results):
+        parts += [summary_table(results, agents), "", outcome_table(results, agents), ""]
+    opening = opening_table(results, agents)
+    if opening:
+        parts += [opening, ""]
+    return parts
 
 
 def report(results: Sequence[RunResult], agents: Sequence[str], settings: Settings) -> str:
@@ -454,10 +562,7 @@ def report(results: Sequence[RunResult], agents: Sequence[str], settings: Settin
         f"{settings.pause:g} s pause after each call"
         + (", `namespace: functions` sent." if settings.functions_namespace else "."),
         "",
-        summary_table(results, agents),
-        "",
-        outcome_table(results, agents),
-        "",
+        *tables(results, agents),
         "## Every run",
     ]
     for result in results:
@@ -467,7 +572,8 @@ def report(results: Sequence[RunResult], agents: Sequence[str], settings: Settin
             f"### {result.agent} / {result.via} / {result.outcome}: "
             f"{'ran the command' if result.ran else 'ran nothing'} ({status}, {result.seconds} s, "
             f"{result.model_requests} model requests, {result.websocket_attempts} WebSocket "
-            f"attempts{', showed a lockgate reason' if result.showed_lockgate_reason else ''})",
+            f"attempts{_proxy_counts_text(result)}"
+            f"{', showed a lockgate reason' if result.showed_lockgate_reason else ''})",
         ]
         if result.error:
             parts.append(f"error: {result.error}")
@@ -477,15 +583,26 @@ def report(results: Sequence[RunResult], agents: Sequence[str], settings: Settin
     return "\n".join(parts) + "\n"
 
 
+def _proxy_counts_text(result: RunResult) -> str:
+    if result.proxy_requests is None:
+        return ""
+    text = f", {result.proxy_requests} requests to the proxy"
+    if result.proxy_retries is not None:
+        text += f", {result.proxy_retries} proxy retries"
+    return text
+
+
 # --- the command line ------------------------------------------------------------------------
 
 
-def _names(value: str, known: dict[str, Any], what: str) -> list[str]:
+def _names(
+    value: str, known: dict[str, Any], what: str, groups: Mapping[str, Sequence[str]]
+) -> list[str]:
     chosen: list[str] = []
     for name in (part.strip() for part in value.split(",")):
         if not name:
             continue
-        expanded = GROUPS.get(name, (name,)) if what == "agent" else (name,)
+        expanded = groups.get(name, (name,))
         for item in expanded:
             if item not in known:
                 raise UsageError(f"unknown {what} {item!r}; known: {', '.join(known)}")
@@ -518,7 +635,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--outcomes",
         default=",".join(o.value for o in Outcome),
-        help="outcomes, comma-separated (default: complete and the eight breaks)",
+        help="outcomes or groups, comma-separated (default all: gate (complete and the "
+        "eight breaks), opening (the four opening faults))",
     )
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds per run (90)")
     parser.add_argument(
@@ -579,8 +697,9 @@ async def _run_all(
         status = "timed out" if result.timed_out else f"exit {result.exit_code}"
         tail = result.error or (result.last_lines[-1] if result.last_lines else "")
         print(
-            f"{agent.name:<17} {via:<6} {outcome.value:<20} {verdict:<15} "
-            f"({status}, {result.seconds} s, {result.model_requests} requests) {tail[:100]}",
+            f"{agent.name:<17} {via:<6} {outcome.value:<24} {verdict:<15} "
+            f"({status}, {result.seconds} s, {result.model_requests} requests"
+            f"{_proxy_counts_text(result)}) {tail[:100]}",
             flush=True,
         )
         return result
@@ -591,9 +710,15 @@ async def _run_all(
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        agents = _names(args.agents, AGENTS, "agent")
+        agents = _names(args.agents, AGENTS, "agent", GROUPS)
         known_outcomes = {o.value: o for o in Outcome}
-        outcomes = [known_outcomes[n] for n in _names(args.outcomes, known_outcomes, "outcome")]
+        outcome_groups = {
+            group: tuple(o.value for o in members) for group, members in OUTCOME_GROUPS.items()
+        }
+        outcomes = [
+            known_outcomes[n]
+            for n in _names(args.outcomes, known_outcomes, "outcome", outcome_groups)
+        ]
         vias = list(PATHS) if args.via == "both" else [args.via]
         if args.timeout <= 0 or args.pause < 0 or args.jobs < 1:
             raise UsageError("--timeout must be positive, --pause not negative, --jobs at least 1")
@@ -640,10 +765,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "results.json").write_text(json.dumps([asdict(r) for r in results], indent=1))
     (out / "report.md").write_text(report(results, agents, settings))
     print()
-    print(summary_table(results, agents))
-    print()
-    print(outcome_table(results, agents))
-    print(f"\nreport: {out / 'report.md'}")
+    print("\n".join(tables(results, agents)))
+    print(f"report: {out / 'report.md'}")
     return 0
 
 

@@ -4,10 +4,11 @@
 It speaks only what the agents need: one request per connection (`connection: close`), a
 chunked body for streams (a clean end is the last chunk), a TCP reset (RST: `SO_LINGER` 0),
 and a stall (the connection kept open and silent until the client leaves or the server
-stops). Which protocol a request speaks comes from its method and path (`protocol_of`); a
-WebSocket upgrade (`GET …/responses`, `Upgrade: websocket`) is answered with a configured
-status and never upgraded; any other request is recorded and answered 404 (token counts get
-a small count).
+stops), either after an answer's first bytes or instead of any (`NoAnswer`). Which
+protocol a request speaks comes from its method and path (`protocol_of`); a WebSocket
+upgrade (`GET …/responses`, `Upgrade: websocket`) is answered with a configured status and
+never upgraded; any other request is recorded and answered 404 (token counts get a small
+count).
 
 Every request is recorded with its credentials masked (`mask_headers`, `mask_query`): the
 `authorization`, `x-api-key`, `x-goog-api-key`, `api-key` and cookie headers, and the `key`
@@ -37,6 +38,7 @@ __all__ = [
     "Exchange",
     "FramesReply",
     "HostileServer",
+    "NoAnswer",
     "Reply",
     "Responder",
     "StatusReply",
@@ -166,15 +168,25 @@ class FramesReply:
 
 @dataclass(frozen=True)
 class WholeReply:
-    """A whole JSON answer; `cut` (0 < cut < 1) sends only that share of the body, without a
-    length, then the ending (a clean end, a reset); a stall sends the head (with the
-    whole length) and no body."""
+    """A whole JSON answer (with `headers` besides the server's own); `cut` (0 < cut < 1)
+    sends only that share of the body, without a length, then the ending (a clean end, a
+    reset); a stall sends the head (with the whole length) and no body."""
 
     body: Mapping[str, Any]
     status: int = 200
     label: str = ""
     cut: float | None = None
     ending: Ending = Ending.CLEAN
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class NoAnswer:
+    """Not a byte of an answer: the request is read, then the connection is reset
+    (`Ending.RESET`) or kept open and silent until the client leaves (`Ending.STALL`)."""
+
+    ending: Ending
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,7 +199,7 @@ class StatusReply:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-Reply = StreamReply | FramesReply | WholeReply | StatusReply
+Reply = StreamReply | FramesReply | WholeReply | StatusReply | NoAnswer
 
 
 class Responder(Protocol):
@@ -413,6 +425,12 @@ class HostileServer:
         if isinstance(reply, WholeReply):
             await self._answer_whole(reply, reader, writer)
             return
+        if isinstance(reply, NoAnswer):
+            if reply.ending is Ending.RESET:
+                _reset(writer)
+            elif reply.ending is Ending.STALL:
+                await self._until_gone(reader)
+            return  # a clean ending: the connection closes unanswered
         if isinstance(reply, FramesReply):
             frames = list(reply.frames)
         else:
@@ -447,15 +465,15 @@ class HostileServer:
     ) -> None:
         body = json.dumps(reply.body).encode()
         if reply.cut is None and reply.ending is Ending.CLEAN:
-            await _write_whole(writer, reply.status, body)
+            await _write_whole(writer, reply.status, body, reply.headers)
             return
         if reply.ending is Ending.STALL:
-            head = _head(reply.status, len(body))
+            head = _head(reply.status, len(body), reply.headers)
             writer.write(head)
             await writer.drain()
             await self._until_gone(reader)
             return
-        head = _head(reply.status, None)
+        head = _head(reply.status, None, reply.headers)
         share = body[: int(len(body) * (reply.cut or 1.0))]
         writer.write(head + share)
         await writer.drain()
@@ -483,6 +501,7 @@ def _head(status: int, length: int | None, headers: tuple[tuple[str, str], ...] 
         200: "OK",
         404: "Not Found",
         426: "Upgrade Required",
+        429: "Too Many Requests",
         500: "Internal Server Error",
         503: "Service Unavailable",
         529: "Overloaded",
@@ -504,6 +523,8 @@ def _label(reply: Reply) -> str:
         return f"status {reply.status}"
     if isinstance(reply, WholeReply):
         return "whole answer"
+    if isinstance(reply, NoAnswer):
+        return f"no answer ({reply.ending.value})"
     return "stream"
 
 
