@@ -55,6 +55,18 @@ engine awaits the upstream, never while the consumer handles a yielded piece: th
 limit counts from the start of each read; the deadline from `started_at` (a loop time, by
 default when iteration starts).
 
+**One timer per stream** (`_ReadTimer`, as `lockgate run` keeps one silence watchdog per
+response): the silence limit, the deadline and, while frames are held, the next keep-alive
+share one loop timer, armed once and re-armed only when it fires before what is due (a read
+began since, a piece went out since); a read costs a clock read, not a timer of its own.
+When what is due falls while the engine awaits the upstream, the timer cancels the engine's
+task and the engine takes the cancellation back (a cancellation from anyone else stands). A
+body that can be read again after a cancelled wait (`ResumableBody`: the proxy's upstream
+body, over aiohttp's `readany`) is read in the engine's own task throughout: a keep-alive
+due while it waits cancels the wait, goes out, and the read goes on. Any other iterable is
+read the same way while frames are forwarded; while they are held, each read runs in a task
+of its own, so that keep-alives can go out while it waits (cancelling it would end it).
+
 `gates`, `capped_body` and `forwarded_headers` are what a server or transport needs for the
 rest: which responses are gated (a 2xx answer to a request that asks for a stream), error
 bodies passed under the existing cap, and the headers to pass on.
@@ -65,9 +77,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..client import (
     DEADLINE_CHECK_EVERY,
@@ -105,6 +124,7 @@ __all__ = [
     "HeldBudget",
     "Hold",
     "Refused",
+    "ResumableBody",
     "WholeVerdict",
     "capped_body",
     "forwarded_headers",
@@ -185,6 +205,18 @@ class Refused:
 
 
 Outcome = Accepted | Refused
+
+
+@runtime_checkable
+class ResumableBody(Protocol):
+    """An upstream body read a chunk at a time (b"": it ended), whose wait may be cancelled
+    without losing a byte: the next `read_chunk` goes on where the cancelled one stopped. The
+    engine reads such a body in its own task even while frames are held (see the module
+    docstring)."""
+
+    read_chunk: Callable[[], Awaitable[bytes]]
+
+    async def aclose(self) -> None: ...
 
 
 class HeldBudget:
@@ -419,8 +451,111 @@ class _ModelRefused(Exception):
         self.decision = decision
 
 
-class _Expired(Exception):
-    """The silence limit or the deadline ran out while reading."""
+_EXPIRED = "expired"
+_KEEPALIVE = "keepalive"
+
+
+class _ReadTimer:
+    """One stream's one timer while the engine awaits the upstream: what falls due first of
+    the silence limit (from the start of the read), the deadline and, while frames are
+    held, the next keep-alive (`interval` after the last piece sent). Armed once, it is
+    re-armed only when it fires before what is due now, or when a keep-alive falls due
+    before it (holding began); outside a read it does nothing (the next read re-arms it).
+    When what is due falls during a read it cancels the reading task; `absorb` tells why
+    (`_EXPIRED`, `_KEEPALIVE`) and takes the cancellation back, or None when someone else
+    cancelled the task too (theirs stands)."""
+
+    __slots__ = (
+        "_armed_for",
+        "_baseline",
+        "_deadline_at",
+        "_handle",
+        "_idle",
+        "_interval",
+        "_keepalive_at",
+        "_loop",
+        "_read_from",
+        "_reading",
+        "_task",
+        "_waited",
+        "fired",
+    )
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, idle: float, deadline_at: float, interval: float
+    ) -> None:
+        self._loop = loop
+        self._idle = idle
+        self._deadline_at = deadline_at
+        self._interval = interval
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed_for = math.inf
+        self._read_from = 0.0
+        self._keepalive_at = math.inf
+        self._reading = False
+        self._task: asyncio.Task[Any] | None = None
+        self._baseline = 0
+        self._waited = 0.0  # the silence a read had waited through when a keep-alive woke it
+        self.fired: str | None = None
+
+    def reading(self, holding: bool, last_sent: float, *, resumed: bool = False) -> None:
+        """A read begins now (in the current task), or goes on after a keep-alive
+        (`resumed`: the silence it had waited through before the keep-alive still counts,
+        the time the consumer spent on the keep-alive does not); while `holding`, a
+        keep-alive is due `interval` after `last_sent`."""
+        now = self._loop.time()
+        self._read_from = now - self._waited if resumed else now
+        self._keepalive_at = last_sent + self._interval if holding else math.inf
+        task = self._task = asyncio.current_task()
+        self._baseline = task.cancelling() if task is not None else 0
+        self._reading = True
+        due = min(self._read_from + self._idle, self._deadline_at, self._keepalive_at)
+        if self._handle is None or due < self._armed_for:
+            if self._handle is not None:
+                self._handle.cancel()
+            self._armed_for = due
+            self._handle = self._loop.call_at(due, self._fire)
+
+    def read(self) -> None:
+        """The read ended (with bytes, an end, an error or a cancellation)."""
+        self._reading = False
+
+    def _due(self) -> float:
+        return min(self._read_from + self._idle, self._deadline_at, self._keepalive_at)
+
+    def _fire(self) -> None:
+        self._handle = None
+        if not self._reading:
+            return
+        due = self._due()
+        if due > self._armed_for:  # a read began, or a piece went out, since it was armed
+            self._armed_for = due
+            self._handle = self._loop.call_at(due, self._fire)
+            return
+        self._armed_for = math.inf
+        expiry = min(self._read_from + self._idle, self._deadline_at)
+        self.fired = _KEEPALIVE if self._keepalive_at < expiry else _EXPIRED
+        self._waited = self._loop.time() - self._read_from
+        if self._task is not None:
+            self._task.cancel()
+
+    def absorb(self) -> str | None:
+        """After a CancelledError during a read: why this timer cancelled (its cancellation
+        taken back), or None when it did not, or someone else cancelled too."""
+        fired, self.fired = self.fired, None
+        if fired is None or self._task is None:
+            return None
+        return fired if self._task.uncancel() <= self._baseline else None
+
+    def expired_by_deadline(self) -> bool:
+        """Whether the deadline, not the silence limit, ended the last read."""
+        return self._deadline_at <= self._read_from + self._idle
+
+    def stop(self) -> None:
+        self._reading = False
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 async def _next(iterator: AsyncIterator[bytes]) -> bytes | None:
@@ -505,7 +640,8 @@ class GatingStream:
 
     async def _run(self) -> AsyncIterator[bytes]:
         options = self.options
-        clock = asyncio.get_running_loop().time
+        loop = asyncio.get_running_loop()
+        clock = loop.time
         start = clock() if self._started_at is None else self._started_at
         deadline_at = start + options.deadline
         gate = ResponseGate(self.tools, self._observer, options.limits)
@@ -521,22 +657,56 @@ class GatingStream:
             self._hold_preamble,
         )
         self._judge = judge
-        iterator = aiter(self._upstream)
+        upstream = self._upstream
+        resumable = upstream if isinstance(upstream, ResumableBody) else None
+        iterator = None if resumable is not None else aiter(upstream)
         interval = options.keepalive_interval
         idle = options.idle_timeout
+        timer = _ReadTimer(loop, idle, deadline_at, interval)
         read: asyncio.Future[bytes | None] | None = None
         last_sent = clock()
         closed = False
+        woken = False
         try:
             try:
                 while True:
-                    read_from = clock()
-                    if not judge.holding:
+                    chunk: bytes | None = None
+                    if resumable is not None or not judge.holding:
+                        # In this task, the one timer watching (see the module docstring).
+                        timer.reading(judge.holding, last_sent, resumed=woken)
+                        woken = False
                         try:
-                            chunk = await self._read(iterator, min(read_from + idle, deadline_at))
-                        except _Expired:
-                            raise self._expired(clock(), deadline_at) from None
+                            if resumable is not None:
+                                chunk = await resumable.read_chunk() or None
+                            else:
+                                assert iterator is not None
+                                chunk = await anext(iterator, None)
+                        except asyncio.CancelledError:
+                            timer.read()
+                            why = timer.absorb()
+                            if why is None:
+                                raise
+                            if why == _EXPIRED:
+                                raise self._expired(timer.expired_by_deadline()) from None
+                            woken = True
+                        except Exception as exc:
+                            timer.read()
+                            if timer.fired is not None:
+                                timer.absorb()
+                            raise _broke(exc) from None
+                        else:
+                            timer.read()
+                            if timer.fired is not None:  # the body swallowed the cancellation
+                                timer.absorb()
+                        if woken:  # a keep-alive fell due: it goes out, the read goes on
+                            yield self.gateway.keepalive()
+                            last_sent = clock()
+                            continue
                     else:
+                        # Held, from a body a cancelled wait would end: the read runs in a
+                        # task of its own while keep-alives go out.
+                        assert iterator is not None
+                        read_from = clock()
                         read = asyncio.ensure_future(_next(iterator))
                         while True:
                             now = clock()
@@ -548,7 +718,7 @@ class GatingStream:
                             if now >= read_from + idle or now >= deadline_at:
                                 await _settle(read)
                                 read = None
-                                raise self._expired(now, deadline_at)
+                                raise self._expired(now >= deadline_at)
                             if now >= last_sent + interval:
                                 yield self.gateway.keepalive()
                                 last_sent = clock()
@@ -576,10 +746,12 @@ class GatingStream:
                     if judge.holding and clock() >= last_sent + interval:
                         yield self.gateway.keepalive()
                         last_sent = clock()
+                timer.stop()
                 released = judge.end()
                 await self._close(iterator, quietly=False)
             except Exception as exc:
                 closed = True
+                timer.stop()
                 data = judge.drain()  # judged and forwardable before the refusal
                 await _settle(read)
                 read = None
@@ -596,6 +768,7 @@ class GatingStream:
         finally:
             # Abandoned (the consumer closed the iteration, or was cancelled): nothing
             # more is read, and the upstream is closed.
+            timer.stop()
             judge.give_back()
             try:
                 await _settle(read)
@@ -603,18 +776,8 @@ class GatingStream:
                 if not closed:
                     await self._close(iterator, quietly=True)
 
-    @staticmethod
-    async def _read(iterator: AsyncIterator[bytes], until: float) -> bytes | None:
-        try:
-            async with asyncio.timeout_at(until) as timer:
-                return await anext(iterator, None)
-        except Exception as exc:
-            if isinstance(exc, TimeoutError) and timer.expired():
-                raise _Expired from None
-            raise _broke(exc) from None
-
-    def _expired(self, now: float, deadline_at: float) -> ResponseFailure:
-        if now >= deadline_at:
+    def _expired(self, by_deadline: bool) -> ResponseFailure:
+        if by_deadline:
             return ResponseFailure(
                 FailureKind.DEADLINE,
                 f"no complete response within the {self.options.deadline:g} s deadline",
@@ -624,11 +787,11 @@ class GatingStream:
             f"no bytes for {self.options.idle_timeout:g} s; connection closed",
         )
 
-    async def _close(self, iterator: AsyncIterator[bytes], *, quietly: bool) -> None:
+    async def _close(self, iterator: AsyncIterator[bytes] | None, *, quietly: bool) -> None:
         """Close the body: the iterator (an async generator left suspended), then the
         upstream itself; a failure to close it after the body ended withholds the
         decision."""
-        if iterator is not self._upstream:
+        if iterator is not None and iterator is not self._upstream:
             finish = getattr(iterator, "aclose", None)
             if finish is not None:
                 with contextlib.suppress(Exception):

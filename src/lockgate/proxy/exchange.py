@@ -60,6 +60,7 @@ from .engine import (
 )
 from .flow import Flow
 from .upstream import (
+    ResumableUpstreamBody,
     UpstreamBody,
     client_credentials,
     client_headers,
@@ -481,11 +482,18 @@ class ProxyExchange:
         assert self.entry is not None
         assert self.parsed is not None
         flow = self.flow
+        # Redacted before it is judged: the client reads what the gate judged. Unless it is
+        # recorded (a tap reads it), the engine reads it in its own task, its one timer
+        # bounding the silence (`engine.ResumableBody`).
+        body = (
+            ResumableUpstreamBody(upstream, runtime.redactor)
+            if flow.exchange is None
+            else UpstreamBody(upstream, flow.exchange, runtime.redactor)
+        )
         stream = GatingStream(
             self.entry,
             self.parsed,
-            # Redacted before it is judged: the client reads what the gate judged.
-            UpstreamBody(upstream, flow.exchange, runtime.redactor),
+            body,
             self.route.settings.gating,
             observer=flow.observe,
             redact=self.server.redact,
@@ -497,6 +505,7 @@ class ProxyExchange:
         response = None if can_retry else await self._head(flow.status, headers)
         pieces = aiter(stream)
         left = False
+        protocol = self.request.protocol
         try:
             async for piece in pieces:
                 outcome = stream.outcome
@@ -511,7 +520,10 @@ class ProxyExchange:
                     raise _Retry()  # the refusal frame is not sent: nothing was seen
                 if response is None:
                     response = await self._head(flow.status, headers)
-                await self._write(response, piece)
+                if flow.first_sent_at is None or getattr(protocol, "writing_paused", True):
+                    await self._write(response, piece)
+                else:  # `_write`'s own path when the socket takes the piece at once
+                    await response.write(piece)
         except ConnectionError:  # the client left (or stopped reading): not an outcome
             left = True
             self._abort()

@@ -7,12 +7,15 @@ One `aiohttp.ClientSession` per proxy process: pooled connections (at most `max_
 no redirects followed, no proxy variables (`trust_env=False`), no cookies kept, bodies
 decoded (`auto_decompress`: gzip and deflate, br and zstd only with aiohttp's optional
 packages, so only those are asked for). Silence is bounded on connecting and on every read
-by the gate's idle timeout (plus a margin: the engine decides first).
+by the gate's idle timeout (plus a margin: the engine decides first); a gated stream read by
+the engine (`ResumableUpstreamBody`) drops aiohttp's per-read timer once its head arrived,
+the engine's one timer per stream bounding its silence instead (aiohttp re-arms a timer on
+every read).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 from multidict import CIMultiDict
@@ -28,6 +31,7 @@ from .engine import forwarded_headers
 __all__ = [
     "CREDENTIALS",
     "READ_MARGIN_SECONDS",
+    "ResumableUpstreamBody",
     "UpstreamBody",
     "client_credentials",
     "client_headers",
@@ -195,3 +199,41 @@ def finish(response: aiohttp.ClientResponse) -> None:
         response.release()
     else:
         response.close()
+
+
+class ResumableUpstreamBody(UpstreamBody):
+    """An upstream body that is not recorded, read by the engine a chunk at a time
+    (`engine.ResumableBody`): aiohttp's `readany` loses nothing when its wait is cancelled,
+    and a held key is redacted between reads, so a cancelled `read_chunk` leaves nothing
+    half done. aiohttp's socket read timer is dropped for it: the engine's one timer per
+    stream bounds its silence (the last timer aiohttp armed still runs out, after the
+    engine's limit; none is armed after it)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, redactor: Redactor | None = None) -> None:
+        super().__init__(response, None, redactor)
+        self._redacting = redactor.bytes_stream() if redactor is not None else None
+        self._ended = False
+        # The next bytes of the body (redacted); b"" once it ended. Nothing to redact:
+        # aiohttp's own `readany`, no coroutine of ours around each read.
+        self.read_chunk: Callable[[], Awaitable[bytes]] = (
+            response.content.readany if redactor is None else self._read_redacted
+        )
+        connection = response.connection
+        protocol = connection.protocol if connection is not None else None
+        if protocol is not None:
+            protocol.read_timeout = None
+
+    async def _read_redacted(self) -> bytes:
+        redacting = self._redacting
+        assert redacting is not None
+        if self._ended:
+            return b""
+        content = self._response.content
+        while True:
+            chunk = await content.readany()
+            if not chunk:
+                self._ended = True
+                return redacting.flush()
+            released = redacting.feed(chunk)
+            if released:
+                return released
