@@ -20,6 +20,7 @@ ends so, whatever prefix comes before, and that asks for a stream in its body.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -214,13 +215,40 @@ class DeclaredTool(ToolSpec):
         pass
 
 
+_SCHEMA_PROBLEMS_KEPT = 256
+_SCHEMA_KEY_CHARS = 65536  # a larger schema is checked every time (the kept ones stay small)
+_schema_problems: dict[str, str | None] = {}
+
+
 def schema_problem(schema: object) -> str | None:
     """Why `schema` is no JSON Schema (Draft 2020-12) describing an object that the gate can
-    validate with, or None when it is one."""
+    validate with, or None when it is one.
+
+    Checking a schema against the metaschema costs about 2 ms; a client sends the same
+    tools with every request, so the answer is kept per schema (its canonical JSON text, up
+    to `_SCHEMA_KEY_CHARS`; at most `_SCHEMA_PROBLEMS_KEPT`, the earliest kept forgotten first)."""
     if not isinstance(schema, Mapping):
         return "the schema is not a JSON object"
     if schema.get("type", "object") != "object":
         return "the schema does not describe an object"
+    try:
+        key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):  # not JSON (a library caller's values)
+        return _check_schema(schema)
+    if len(key) > _SCHEMA_KEY_CHARS:
+        return _check_schema(schema)
+    try:
+        return _schema_problems[key]
+    except KeyError:
+        pass
+    problem = _check_schema(schema)
+    if len(_schema_problems) >= _SCHEMA_PROBLEMS_KEPT:
+        _schema_problems.pop(next(iter(_schema_problems)), None)
+    _schema_problems[key] = problem
+    return problem
+
+
+def _check_schema(schema: Mapping[str, Any]) -> str | None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 

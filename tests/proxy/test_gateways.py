@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from lockgate import gateway as gateway_module
 from lockgate.conversation import ToolSpec
 from lockgate.errors import FailureKind, ResponseFailure
 from lockgate.fixture import ALL_TOOLS
@@ -141,6 +142,40 @@ def test_a_schema_the_gate_cannot_use_falls_back_to_the_permissive_check() -> No
     assert not_an_object.schema_problem == "the schema does not describe an object"
     assert isinstance(no_parameters, DeclaredTool)
     assert no_parameters.schema_problem is None
+
+
+def test_a_schema_is_checked_once_however_often_it_is_declared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Checking a schema against the metaschema costs ~2 ms; clients send the same tools
+    with every request. The answer is kept per schema, whatever the order of its keys,
+    and a broken schema's problem is kept as well as a good schema's None."""
+    checked: list[object] = []
+    real = gateway_module._check_schema
+
+    def counting(schema: Any) -> str | None:
+        checked.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(gateway_module, "_check_schema", counting)
+    monkeypatch.setattr(gateway_module, "_schema_problems", {})
+    good = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    same = {"required": ["path"], "properties": {"path": {"type": "string"}}, "type": "object"}
+    broken = {"type": "object", "properties": {"a": {"type": 12}}}
+    answers = [gateway_module.schema_problem(s) for s in (good, same, broken, good, broken)]
+    assert [answers[0], answers[1], answers[3]] == [None, None, None]
+    assert answers[2] is not None
+    assert answers[2] == answers[4]
+    assert checked == [good, broken]
+    # Another schema is another check; one too large to keep is checked every time.
+    huge = {"type": "object", "description": "x" * (gateway_module._SCHEMA_KEY_CHARS + 1)}
+    assert gateway_module.schema_problem(huge) is None
+    assert gateway_module.schema_problem(huge) is None
+    assert len(checked) == 4
+    # The kept answers are bounded.
+    for number in range(gateway_module._SCHEMA_PROBLEMS_KEPT + 10):
+        gateway_module.schema_problem({"type": "object", "title": str(number)})
+    assert len(gateway_module._schema_problems) == gateway_module._SCHEMA_PROBLEMS_KEPT
 
 
 BODY = ProtocolTarget()  # the body's `stream` decides
