@@ -7,10 +7,15 @@ Chat Completions streams through them.
 its stdin closes (the parent exited) or it gets SIGTERM:
 
 - `lockgate`: `lockgate.proxy.server.serving` with its defaults (the gate holds from the
-  first tool call on), `max_streams` raised to 2,000 for the concurrency run;
+  first tool call on, `/metrics` on), `max_streams` raised to 2,000 for the concurrency
+  run; `lockgate-nometrics`: the same with the metrics off (config key `metrics: false`);
+  `lockgate-uvloop`: the same on uvloop's event loop instead of asyncio's;
 - `passthrough`: the floor for a Python proxy: an aiohttp server whose handler sends the
   request to the upstream with one pooled `aiohttp.ClientSession` and writes each chunk of
   the upstream body back unchanged as it arrives (`iter_any`), nothing parsed.
+
+`workers_process(N, UPSTREAM)` runs the real CLI, `lockgate proxy --workers N` (gunicorn,
+the `server` extra), its records on stdout going to a temporary file.
 
 LiteLLM's proxy (`litellm --config CFG`, a benchmark-only install, never a project
 dependency) runs from `LOCKGATE_BENCH_LITELLM` (the path of its `litellm` command) or
@@ -107,10 +112,11 @@ async def _serve_passthrough(upstream: str, stop: asyncio.Event) -> None:
             await runner.cleanup()
 
 
-async def _serve_lockgate(upstream: str, stop: asyncio.Event) -> None:
+async def _serve_lockgate(upstream: str, stop: asyncio.Event, metrics: bool = True) -> None:
     from lockgate.proxy.server import ProxyConfig, serving
 
-    async with serving(ProxyConfig(upstream=upstream, port=0, max_streams=2000)) as running:
+    config = ProxyConfig(upstream=upstream, port=0, max_streams=2000, metrics=metrics)
+    async with serving(config) as running:
         print(running.url.rsplit(":", 1)[1], flush=True)
         await stop.wait()
 
@@ -130,10 +136,22 @@ async def _serve(kind: str, upstream: str) -> None:
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_reader(sys.stdin.fileno(), stop.set)  # stdin closed (or written): stop
-    if kind == "lockgate":
+    if kind in ("lockgate", "lockgate-uvloop"):
         await _serve_lockgate(upstream, stop)
+    elif kind == "lockgate-nometrics":
+        await _serve_lockgate(upstream, stop, metrics=False)
     else:
         await _serve_passthrough(upstream, stop)
+
+
+def uvloop_version() -> str | None:
+    """uvloop's version where it is installed (None: it is not)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("uvloop")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 @dataclass
@@ -207,6 +225,53 @@ def proxy_process(kind: str, upstream: str) -> Iterator[Proxy]:
         assert process.stdin is not None
         process.stdin.close()
         _reap(process)
+
+
+@contextlib.contextmanager
+def workers_process(workers: int, upstream: str) -> Iterator[Proxy]:
+    """`lockgate proxy --workers N` in front of `upstream`, ready once every worker answers
+    (its pids: the gunicorn master and its workers)."""
+    with tempfile.TemporaryDirectory(prefix="lockgate-bench-workers-") as folder:
+        out_path = Path(folder) / "out.jsonl"
+        with open(out_path, "wb") as out:
+            process = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "lockgate", "proxy", "--upstream", upstream),
+                    *("--workers", str(workers), "--port", "0", "--max-streams", "2000"),
+                    "--json",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=folder,
+            )
+        try:
+            origin = _listening(process, out_path)
+            deadline = time.monotonic() + 60
+            while len(family(process.pid)) < workers + 1 or not _answers(origin + "/healthz"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{workers} workers did not start")
+                time.sleep(0.1)
+            yield Proxy(f"{workers} worker{'s' if workers > 1 else ''}", process.pid, origin)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            _reap(process)
+
+
+def _listening(process: subprocess.Popen[bytes], out_path: Path) -> str:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for line in out_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+                if isinstance(record, dict) and record.get("event") == "listening":
+                    return str(record["url"])
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    tail = out_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"lockgate proxy --workers did not start:\n{tail}")
 
 
 def litellm_command() -> str | None:
@@ -477,6 +542,55 @@ async def drive(
     return outcome
 
 
+async def saturate(
+    session: aiohttp.ClientSession,
+    proxy: Proxy,
+    spec: StreamSpec,
+    streams: int,
+    warmup: float,
+    seconds: float,
+) -> tuple[float, float, Outcome]:
+    """`streams` clients, each sending `spec` again as soon as its stream ended, for
+    `warmup` + `seconds`: the events per second the clients received over the last
+    `seconds`, and the proxy's CPU seconds over them."""
+    outcome = Outcome(streams)
+    running = True
+    headers = {"content-type": "application/json", "authorization": f"Bearer {api_key()}"}
+    url, body = proxy.url(spec), proxy.body(spec)
+
+    async def one() -> None:
+        """One stream, its SSE events counted as they arrive (no line parsing: the client
+        stays cheap beside the proxy)."""
+        async with session.post(url, data=body, headers=headers) as response:
+            if response.status != 200:
+                outcome.failures.append(f"HTTP {response.status}")
+                return
+            tail = b""
+            async for chunk in response.content.iter_any():
+                outcome.frames += chunk.count(b"\n\n")
+                tail = (tail + chunk)[-16:]
+            if not tail.endswith(b"data: [DONE]\n\n"):
+                outcome.failures.append("the stream ended without [DONE]")
+
+    async def client() -> None:
+        while running:
+            await one()
+
+    tasks = [asyncio.create_task(client()) for _ in range(streams)]
+    try:
+        await asyncio.sleep(warmup)
+        frames, cpu, started = outcome.frames, proxy.cpu_seconds(), time.monotonic()
+        await asyncio.sleep(seconds)
+        rate = (outcome.frames - frames) / (time.monotonic() - started)
+        spent = proxy.cpu_seconds() - cpu
+    finally:
+        running = False
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return rate, spent, outcome
+
+
 def percentile(values: list[float], fraction: float) -> float:
     if not values:
         return float("nan")
@@ -486,4 +600,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(sys.argv[1], sys.argv[2]))
+        if sys.argv[1].endswith("-uvloop"):
+            import uvloop
+
+            uvloop.run(_serve(sys.argv[1], sys.argv[2]))
+        else:
+            asyncio.run(_serve(sys.argv[1], sys.argv[2]))

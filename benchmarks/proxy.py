@@ -1,10 +1,13 @@
 """`lockgate proxy` on the wire: CPU per forwarded event against a plain aiohttp
-pass-through proxy (the floor for a Python proxy) and LiteLLM's proxy, the latency a text
-delta gains through it at 1, 100 and 1,000 concurrent streams, and RSS per stream.
+pass-through proxy (the floor for a Python proxy) and LiteLLM's proxy, what the metrics
+cost, the latency a text delta gains through it at 1, 100 and 1,000 concurrent streams, RSS
+per stream, uvloop's event loop against asyncio's, and the events per second one and two
+gunicorn workers deliver at saturation.
 
 Everything is loopback, each party in a process of its own: the benchmark server
 (`_server.py`, the upstream), each proxy (`_proxy.py`: lockgate's `serving` with its
-defaults; the pass-through floor; LiteLLM's `litellm --config`, where installed), and the
+defaults, `/metrics` on; the same with the metrics off; the same on uvloop, where
+installed; the pass-through floor; LiteLLM's `litellm --config`, where installed), and the
 client (this process: aiohttp, reading the raw SSE lines). The streams are Chat Completions
 (`"stream": true`, lockgate's own request with the fixture's tools), the lab renderer's
 native frames (`_streams.py`):
@@ -16,7 +19,9 @@ native frames (`_streams.py`):
   releases (`tool call`); the server pauses ~0.1 ms after each frame, so that each reaches
   the proxy in its own read (as events at model speed do). Median of 3 rounds, the proxies
   interleaved in each (LiteLLM, ~10x the others' CPU, reads 2 streams a batch); ratios
-  against the floor of the same run.
+  against the floor of the same run. **The metrics' cost**: lockgate with `/metrics` on
+  (its default) against the same with `metrics: false`, in the same rounds (each then
+  says what `GET /metrics` answers: the series were kept, or were off).
 - **Added latency of a text delta**: N streams at once (N = 1 and 100: 150 deltas at 50
   events/s each; N = 1,000: 40 deltas at 10 events/s), each delta stamped with its send
   time (`time.monotonic()`) by the server; a delta's lag is its arrival at the client minus
@@ -29,10 +34,21 @@ native frames (`_streams.py`):
 - **RSS per stream**: (the proxy's peak RSS during the 1,000-stream run - its idle RSS,
   read once it has been warmed up) / 1,000; failures: any stream that was not a 200
   ending in `[DONE]` with every text delta.
+- **Workers**: the real CLI, `lockgate proxy --workers N` (gunicorn, the `server` extra),
+  N = 1 and 2 interleaved, 32 clients at once each sending a Chat stream of 2,004 events
+  again as soon as the last ended, each on a new connection (the workers share one
+  listening socket: connections opened at once and kept alive can all land on one
+  worker), every body sent whole (as fast as loopback carries it: the proxy's capacity,
+  not a model's pace); the events per second the clients received
+  over 4 s after 1 s of warming up (median of 3), and how many cores the proxy's processes
+  kept busy meanwhile. The clients only count events, so that they stay cheap beside the
+  proxy; on a machine of 2 cores the server, the client and the workers share them.
 
-Targets: lockgate <= 1.5x the floor's CPU per event; p99 added latency <= 2 ms at 100
-streams; 1,000 concurrent streams through one process with 0 failures and <= 200 KiB per
-stream. LiteLLM is a benchmark-only install (never a project dependency), e.g.
+Targets: lockgate <= 1.2x the floor's CPU per event; the metrics <= 5% of lockgate's CPU per
+event; p99 added latency <= 2 ms at 100 streams; 1,000 concurrent streams through one
+process with 0 failures and <= 200 KiB per stream; 2 workers >= 1.8x one worker's events
+per second. uvloop's figures are printed beside, with no target. LiteLLM is a
+benchmark-only install (never a project dependency), e.g.
 `python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`,
 found through `LOCKGATE_BENCH_LITELLM=/tmp/litellm-venv/bin/litellm` or `litellm` on the
 PATH, else skipped. Prints MET / NOT MET; exits 0 unless something failed to run.
@@ -44,13 +60,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a script
+
+import aiohttp
 
 from benchmarks._common import Report, heading, raise_fd_limit, server
 from benchmarks._proxy import (
@@ -65,13 +86,20 @@ from benchmarks._proxy import (
     litellm_version,
     percentile,
     proxy_process,
+    saturate,
+    uvloop_version,
+    workers_process,
 )
 from benchmarks._streams import PLACEHOLDER, StreamSpec, stream_frames
 
 GAP_US = 100  # the server's pause after each frame in the CPU runs
-CPU_LIMIT = 1.5  # x the floor
+CPU_LIMIT = 1.2  # x the floor
+METRICS_LIMIT = 0.05  # the metrics' share of lockgate's CPU per event
 P99_LIMIT_MS = 2.0  # at 100 streams
 RSS_LIMIT_KIB = 200.0  # per stream at 1,000
+WORKERS_LIMIT = 1.8  # 2 workers' events/s over one worker's
+# The workers' runs: each body as fast as loopback carries it (the proxies' capacity).
+SATURATING = StreamSpec("chat", "bulk", text=2000, arguments=0)
 
 
 @dataclass(frozen=True)
@@ -80,6 +108,9 @@ class Plan:
     cpu_streams: int  # per batch, one after another
     text: int  # text deltas of a CPU stream
     latency: dict[int, tuple[int, int]]  # streams -> (events/s per stream, deltas each)
+    worker_rounds: int  # 1 and 2 workers, interleaved
+    worker_seconds: float  # measured, after 1 s of warming up
+    worker_streams: int  # clients at once
 
     def cpu_specs(self) -> dict[str, StreamSpec]:
         half = self.text // 2
@@ -90,10 +121,22 @@ class Plan:
 
 
 FULL = Plan(
-    rounds=3, cpu_streams=5, text=2000, latency={1: (50, 150), 100: (50, 150), 1000: (10, 40)}
+    rounds=3,
+    cpu_streams=5,
+    text=2000,
+    latency={1: (50, 150), 100: (50, 150), 1000: (10, 40)},
+    worker_rounds=3,
+    worker_seconds=4.0,
+    worker_streams=32,
 )
 QUICK = Plan(
-    rounds=1, cpu_streams=2, text=2000, latency={1: (50, 75), 100: (50, 75), 1000: (10, 20)}
+    rounds=1,
+    cpu_streams=2,
+    text=2000,
+    latency={1: (50, 75), 100: (50, 75), 1000: (10, 20)},
+    worker_rounds=1,
+    worker_seconds=3.0,
+    worker_streams=32,
 )
 
 
@@ -136,11 +179,18 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
     specs = plan.cpu_specs()
     command = litellm_command()
     errors = 0
+    uvloop = uvloop_version()
     with contextlib.ExitStack() as stack:
         proxies = [
             stack.enter_context(proxy_process("passthrough", origin)),
             stack.enter_context(proxy_process("lockgate", origin)),
+            stack.enter_context(proxy_process("lockgate-nometrics", origin)),
         ]
+        if uvloop is None:
+            print("uvloop: not installed (lockgate on uvloop skipped)")
+        else:
+            proxies.append(stack.enter_context(proxy_process("lockgate-uvloop", origin)))
+            print(f"uvloop {uvloop}")
         if command is None:
             print("LiteLLM: not installed (skipped; set LOCKGATE_BENCH_LITELLM to its `litellm`)")
         else:
@@ -193,9 +243,14 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
             + f"; {plan.cpu_streams} streams a batch, median of {plan.rounds})"
         )
 
+        print("  " + metrics_seen(proxies))
+
         # --- latency, RSS, failures -------------------------------------------------------
         heading("added latency of a text delta (through the proxy minus direct), RSS per stream")
-        targets = [direct(origin), *(p for p in proxies if not p.litellm)]
+        targets = [
+            direct(origin),
+            *(p for p in proxies if not p.litellm and p.name != "lockgate-nometrics"),
+        ]
         runs: dict[tuple[str, int], Outcome] = {}
         for streams, (rate, deltas) in plan.latency.items():
             for target in targets:
@@ -246,6 +301,31 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
         + ")"
     )
 
+    # --- gunicorn workers -------------------------------------------------------------------
+    heading(
+        f"throughput: `lockgate proxy --workers N` at saturation ({plan.worker_streams} clients"
+        f" at once, each body of {len(stream_frames(SATURATING)):,} Chat events as fast as"
+        " loopback carries it)"
+    )
+    rates: dict[int, list[float]] = {1: [], 2: []}
+    cores: dict[int, list[float]] = {1: [], 2: []}
+    for number in range(plan.worker_rounds):
+        for workers in (1, 2):
+            per_second, busy = await workers_run(origin, workers, plan)
+            rates[workers].append(per_second)
+            cores[workers].append(busy)
+            print(
+                f"  round {number + 1} {workers} worker{'s' if workers > 1 else ' '}"
+                f" {per_second:9,.0f} events/s, the proxy's processes busy {busy:.2f} cores",
+                flush=True,
+            )
+    one, two = statistics.median(rates[1]), statistics.median(rates[2])
+    print(
+        f"  median: 1 worker {one:,.0f} events/s ({statistics.median(cores[1]):.2f} cores),"
+        f" 2 workers {two:,.0f} events/s ({statistics.median(cores[2]):.2f} cores);"
+        f" {os.cpu_count()} cores on this machine, shared with the server and the client"
+    )
+
     # --- the targets ----------------------------------------------------------------------
     print()
     for label in specs:
@@ -258,6 +338,19 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
             lockgate <= CPU_LIMIT * floor,
             f"{lockgate:.1f} vs {floor:.1f} µs = {lockgate / floor:.2f}x{extra}",
         )
+    costs = {
+        label: median[("lockgate", label)] / median[("lockgate-nometrics", label)] - 1
+        for label in specs
+    }
+    report.check(
+        f"the metrics cost <= {METRICS_LIMIT:.0%} of lockgate's CPU per event",
+        all(cost <= METRICS_LIMIT for cost in costs.values()),
+        ", ".join(
+            f"{label}: {median[('lockgate', label)]:.1f} on vs"
+            f" {median[('lockgate-nometrics', label)]:.1f} µs off ({cost:+.1%})"
+            for label, cost in costs.items()
+        ),
+    )
     if 100 in plan.latency:
         p50, p99 = added[("lockgate", 100)]
         report.check(
@@ -278,7 +371,68 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
         f"{per_stream:.1f} KiB (peak {many.peak_rss_kib / 1024:.0f} MiB, "
         f"{idle['lockgate'] / 1024:.0f} MiB idle)",
     )
+    report.check(
+        f"2 gunicorn workers >= {WORKERS_LIMIT}x one worker's events/s",
+        two >= WORKERS_LIMIT * one,
+        f"{two:,.0f} vs {one:,.0f} events/s = {two / one:.2f}x"
+        + (
+            f" (only {os.cpu_count()} cores for the server, the client and the workers)"
+            if (os.cpu_count() or 1) < 4
+            else ""
+        ),
+    )
+    if uvloop is not None:
+        for label in specs:
+            on, off = median[("lockgate-uvloop", label)], median[("lockgate", label)]
+            print(
+                f"  (uvloop, {label}: {on:.1f} vs {off:.1f} µs per event on asyncio's loop,"
+                f" {on / off - 1:+.1%})"
+            )
+        if 100 in plan.latency:
+            p50, p99 = added[("lockgate-uvloop", 100)]
+            print(f"  (uvloop at 100 streams: +{p99 * 1000:.2f} ms p99, +{p50 * 1000:.2f} ms p50)")
     return errors
+
+
+async def workers_run(origin: str, workers: int, plan: Plan) -> tuple[float, float]:
+    """Events/s the clients received through `lockgate proxy --workers N` at saturation,
+    and how many cores its processes kept busy meanwhile."""
+    with workers_process(workers, origin) as proxy:
+        # A connection per stream: the workers share one listening socket, and connections
+        # opened at once and kept alive may all go to the worker that woke first.
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=True),
+            timeout=aiohttp.ClientTimeout(total=300, sock_connect=60, sock_read=60),
+            trust_env=False,
+        ) as session:
+            outcome = await drive(session, proxy, SATURATING, plan.worker_streams)
+            if outcome.failures:
+                raise RuntimeError(f"{proxy.name}: {outcome.failures[0]}")
+            rate, cpu, _ = await saturate(
+                session, proxy, SATURATING, plan.worker_streams, 1.0, plan.worker_seconds
+            )
+    return rate, cpu / plan.worker_seconds
+
+
+def metrics_seen(proxies: list[Proxy]) -> str:
+    """What `GET /metrics` answers on each lockgate (a check that the metrics were on, or
+    off, while it was measured)."""
+    seen = []
+    for proxy in proxies:
+        if not proxy.name.startswith("lockgate"):
+            continue
+        try:
+            with urllib.request.urlopen(proxy.origin + "/metrics", timeout=5) as response:
+                text = response.read().decode()
+            count = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("lockgate_proxy_requests_total{")
+            )
+            seen.append(f"{proxy.name}: /metrics counted {count:.0f} requests")
+        except urllib.error.HTTPError as exc:
+            seen.append(f"{proxy.name}: /metrics {exc.code}")
+    return "; ".join(seen)
 
 
 def main() -> int:
