@@ -293,7 +293,7 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
             f"{(runs[(t.name, streams)].peak_rss_kib - idle[t.name]) / streams:.0f}"
             for t in targets[1:]
         ]
-        row += f"{' / '.join(rss) + ' KiB':>16}"
+        row += f"  {' / '.join(rss) + ' KiB':>16}"
         print(row)
     print(
         "  (lags once every stream is streaming; RSS/stream: "
