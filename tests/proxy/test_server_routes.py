@@ -7,6 +7,7 @@ never expose."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -55,13 +56,16 @@ async def request(
 async def test_each_route_serves_its_prefix_with_its_own_upstream_and_key() -> None:
     seen: list[tuple[str, str, dict[str, str]]] = []
 
-    async def answer(tag: str, request: web.Request) -> web.StreamResponse:
-        seen.append((tag, request.path, dict(request.headers)))
-        return web.json_response({"object": "list", "data": []})
+    def answering(tag: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def answer(request: web.Request) -> web.StreamResponse:
+            seen.append((tag, request.path, dict(request.headers)))
+            return web.json_response({"object": "list", "data": []})
+
+        return answer
 
     async with (
-        serve_app(lambda request: answer("openai", request)) as openai_origin,
-        serve_app(lambda request: answer("anthropic", request)) as anthropic_origin,
+        serve_app(answering("openai")) as openai_origin,
+        serve_app(answering("anthropic")) as anthropic_origin,
     ):
         settings = ProxySettings(
             (
