@@ -107,66 +107,6 @@ async def test_a_final_refusal_after_spent_retries_says_do_not_retry() -> None:
     assert proxied.records[0].retries == 2
 
 
-CALLS_ONLY = Reply("r_calls", (Call("call_1", "edit", EDIT), Call("call_2", "rm_rf", {"x": 1})))
-
-
-async def test_a_stream_refused_before_content_on_the_last_attempt_is_an_error_status() -> None:
-    # Cut before any content on every attempt: the last attempt's start is held too, so
-    # the client gets a 502 that says not to retry, not a 200 ending in an error frame.
-    cut = Turn(reply=ACCEPTED.reply, faults=Faults(reset_after=1))
-    async with scripted(
-        "chat", [cut, cut, cut], retries=retries(2), gating=gating(idle_timeout=1.0)
-    ) as (server, proxied):
-        status, headers, body = await post(proxied.proxy.url)
-    assert status == 502
-    assert headers.get("x-should-retry") == "false"
-    assert json.loads(body)["error"]["message"].startswith("lockgate refused the response")
-    assert len(server.requests) == 3
-    [record] = proxied.records
-    assert (record.outcome, record.status, record.retries) == ("refused", 502, 2)
-
-
-async def test_a_final_refusal_before_content_is_an_error_status_at_once() -> None:
-    # An invalid batch is the model's answer: not retried, and refused before any byte.
-    async with scripted("chat", [Turn(reply=CALLS_ONLY), ACCEPTED], retries=retries()) as (
-        server,
-        proxied,
-    ):
-        status, headers, body = await post(proxied.proxy.url)
-    assert status == 502
-    assert headers.get("x-should-retry") == "false"
-    assert "withheld 2 tool calls: invalid_batch" in json.loads(body)["error"]["message"]
-    assert b"call_1" not in body
-    assert len(server.requests) == 1
-    assert proxied.records[0].outcome == "withheld"
-
-
-async def test_without_retries_a_refused_stream_still_ends_in_its_error_frame() -> None:
-    async with scripted("chat", [Turn(reply=CALLS_ONLY)]) as (_, proxied):
-        status, headers, body = await post(proxied.proxy.url)
-    assert status == 200
-    assert "x-should-retry" not in {name.lower() for name in headers}
-    assert ends_with_refusal(body, "chat")
-    assert tool_events(body) == []
-
-
-async def test_the_openai_sdk_does_not_multiply_the_proxys_spent_retries() -> None:
-    cut = Turn(reply=ACCEPTED.reply, faults=Faults(reset_after=1))
-    async with scripted("chat", [cut] * 9, retries=retries(2), gating=gating(idle_timeout=1.0)) as (
-        server,
-        proxied,
-    ):
-        client = openai.AsyncOpenAI(base_url=proxied.proxy.url + "/v1", api_key="sk-test-unused")
-        with pytest.raises(openai.InternalServerError) as raised:
-            await client.chat.completions.create(
-                model="lab-model", messages=[{"role": "user", "content": "hi"}], stream=True
-            )
-        await client.close()
-    assert raised.value.status_code == 502
-    assert "lockgate refused the response" in str(raised.value)
-    assert len(server.requests) == 3  # the proxy's three attempts; the SDK's own 2 not taken
-
-
 async def test_a_terminal_error_is_never_retried() -> None:
     quota = Turn(error=OpeningError(429, "quota", "You exceeded your current quota"))
     async with scripted("chat", [quota, ACCEPTED], retries=retries()) as (server, proxied):

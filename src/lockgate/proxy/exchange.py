@@ -477,15 +477,11 @@ class ProxyExchange:
         can_retry: bool,
         spent: bool,
     ) -> web.StreamResponse:
-        """The 2xx stream through the engine. On a route that retries, the head and the
-        stream's start wait for its first content: a transient refusal before it is retried
-        unseen while a retry is left; any other refusal before it (the last attempt's, or a
-        final one) is an error status, not a 200 with an error frame, that tells the
-        client not to retry (`_refused_before_content`)."""
+        """The 2xx stream through the engine. With a retry left, the head and the stream's
+        start wait for its first content: a transient refusal before it is retried unseen."""
         assert self.entry is not None
         assert self.parsed is not None
         flow = self.flow
-        hold = can_retry or (self.route.settings.retries.attempts > 0 and self.response is None)
         # Redacted before it is judged: the client reads what the gate judged. Unless it is
         # recorded (a tap reads it), the engine reads it in its own task, its one timer
         # bounding the silence (`engine.ResumableBody`).
@@ -504,12 +500,11 @@ class ProxyExchange:
             started_at=flow.started,
             budget=self.server.held,
             tools=tools,
-            hold_preamble=hold,
+            hold_preamble=can_retry,
         )
-        response = None if hold else await self._head(flow.status, headers)
+        response = None if can_retry else await self._head(flow.status, headers)
         pieces = aiter(stream)
         left = False
-        unseen: Refused | None = None  # refused before anything reached the client
         protocol = self.request.protocol
         try:
             async for piece in pieces:
@@ -523,14 +518,6 @@ class ProxyExchange:
                     flow.judged(outcome)
                     flow.incomplete = True
                     raise _Retry()  # the refusal frame is not sent: nothing was seen
-                if (
-                    isinstance(outcome, Refused)
-                    and hold
-                    and response is None
-                    and not stream.sent_content
-                ):
-                    unseen = outcome  # an error status instead of the frame
-                    break
                 if response is None:
                     response = await self._head(flow.status, headers)
                 if flow.first_sent_at is None or getattr(protocol, "writing_paused", True):
@@ -555,26 +542,11 @@ class ProxyExchange:
                 flow.judged(stream.outcome)
                 if isinstance(stream.outcome, Refused):
                     flow.incomplete = stream.outcome.refusal.kind in _INCOMPLETE
-        if unseen is not None:
-            return self._refused_before_content(unseen)
         if response is None:  # an empty body judged (accepted or refused): its head now
             response = await self._head(flow.status, headers)
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
-
-    def _refused_before_content(self, outcome: Refused) -> web.Response:
-        """A stream refused before any of it reached the client, on a route that retries:
-        its retries are spent or cannot help, so the client gets the protocol's error body
-        with a 502 and `x-should-retry: false` (a client that reads no header retries a 5xx
-        at most as it would any; one that reads the status shows the reason)."""
-        assert self.gateway is not None
-        flow = self.flow
-        flow.status = 502
-        headers = {"content-type": "application/json", _DONT_RETRY[0]: _DONT_RETRY[1]}
-        return web.Response(
-            status=502, body=self.gateway.error_body(outcome.refusal), headers=headers
-        )
 
     async def _whole(
         self,
