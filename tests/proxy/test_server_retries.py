@@ -107,6 +107,23 @@ async def test_a_final_refusal_after_spent_retries_says_do_not_retry() -> None:
     assert proxied.records[0].retries == 2
 
 
+async def test_a_final_refusal_before_content_is_the_streams_error_frame() -> None:
+    # An invalid batch, on a route that retries: not retried (the model's answer), and
+    # refused as the protocol's in-stream error, not an error status that Codex and Gemini
+    # CLI would retry (neither reads x-should-retry; an SDK never retries a stream's error).
+    calls_only = Reply("r_calls", (Call("call_1", "edit", EDIT), Call("call_2", "rm_rf", {})))
+    async with scripted("chat", [Turn(reply=calls_only), ACCEPTED], retries=retries()) as (
+        server,
+        proxied,
+    ):
+        status, _, body = await post(proxied.proxy.url)
+    assert status == 200
+    assert ends_with_refusal(body, "chat")
+    assert tool_events(body) == []
+    assert len(server.requests) == 1
+    assert proxied.records[0].outcome == "withheld"
+
+
 async def test_a_terminal_error_is_never_retried() -> None:
     quota = Turn(error=OpeningError(429, "quota", "You exceeded your current quota"))
     async with scripted("chat", [quota, ACCEPTED], retries=retries()) as (server, proxied):
