@@ -47,13 +47,30 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .agents import AGENTS, AI_SDK_SCRIPT, GROUPS, PACKAGES, Agent, Installation, RunPaths
+from .agents import (
+    AGENTS,
+    AI_SDK_SCRIPT,
+    GROUPS,
+    PACKAGES,
+    Agent,
+    Installation,
+    Invocation,
+    RunPaths,
+)
 from .hostile import responder_for
 from .outcomes import BREAKS, OPENING_FAULTS, Outcome
 from .outcomes import GROUPS as OUTCOME_GROUPS
 from .server import HostileServer, Responder
 
-__all__ = ["RunResult", "gather_interruptibly", "main", "run_case", "run_one"]
+__all__ = [
+    "RunResult",
+    "gather_interruptibly",
+    "launch_proxy",
+    "main",
+    "run_agent",
+    "run_case",
+    "run_one",
+]
 
 T = TypeVar("T")
 PLACEHOLDER_KEY = "sk-lockgate-interop-placeholder"
@@ -220,8 +237,13 @@ def describe_lockgate(lockgate_src: Path | None) -> str:
 async def _start_proxy(
     upstream: str, extra: Sequence[str], lockgate_src: Path | None = None
 ) -> _Proxy:
-    argv = [sys.executable, "-m", "lockgate", "proxy", "--upstream", upstream, "--port", "0"]
-    argv += list(extra)
+    return await launch_proxy(["--upstream", upstream, "--port", "0", *extra], lockgate_src)
+
+
+async def launch_proxy(arguments: Sequence[str], lockgate_src: Path | None = None) -> _Proxy:
+    """`lockgate proxy ARGUMENTS` in a process of its own, once it says where it listens;
+    its later lines are collected."""
+    argv = [sys.executable, "-m", "lockgate", "proxy", *arguments]
     env = proxy_environment(lockgate_src)
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -368,30 +390,7 @@ async def _run_in(
                 base = proxy.url
             invocation = agent.invocation(settings.installation, paths, base, PLACEHOLDER_KEY)
             started = time.monotonic()
-            with output.open("wb") as sink:
-                process = await asyncio.create_subprocess_exec(
-                    *invocation.argv,
-                    cwd=invocation.cwd,
-                    env=invocation.env,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-                try:
-                    exit_code = await asyncio.wait_for(process.wait(), settings.timeout)
-                except TimeoutError:
-                    timed_out = True
-                    _kill_group(process.pid, signal.SIGTERM)
-                    try:
-                        await asyncio.wait_for(process.wait(), 3)
-                    except TimeoutError:
-                        _kill_group(process.pid, signal.SIGKILL)
-                        await process.wait()
-                finally:
-                    _kill_group(process.pid, signal.SIGKILL)  # what it left behind
-                    if process.returncode is None:
-                        await process.wait()
+            exit_code, timed_out = await run_agent(invocation, output, settings.timeout)
     except (OSError, RuntimeError) as exc:
         error = str(exc)
     finally:
@@ -438,6 +437,38 @@ async def _run_in(
         proxy_retries=None if proxy is None else proxy_retries,
     )
     return result
+
+
+async def run_agent(invocation: Invocation, output: Path, limit: float) -> tuple[int | None, bool]:
+    """Run an agent to its end, its output into `output`: (its exit code, None when it
+    ran out of `limit` seconds; whether it did). Its process group is killed either way."""
+    exit_code: int | None = None
+    timed_out = False
+    with output.open("wb") as sink:
+        process = await asyncio.create_subprocess_exec(
+            *invocation.argv,
+            cwd=invocation.cwd,
+            env=invocation.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            exit_code = await asyncio.wait_for(process.wait(), limit)
+        except TimeoutError:
+            timed_out = True
+            _kill_group(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 3)
+            except TimeoutError:
+                _kill_group(process.pid, signal.SIGKILL)
+                await process.wait()
+        finally:
+            _kill_group(process.pid, signal.SIGKILL)  # what it left behind
+            if process.returncode is None:
+                await process.wait()
+    return exit_code, timed_out
 
 
 # --- the tables ------------------------------------------------------------------------------
