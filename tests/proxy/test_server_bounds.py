@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import socket
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -357,3 +358,66 @@ async def test_a_stream_cut_after_the_grace_period_is_logged_as_cut() -> None:
     assert record.outcome == "cut"
     assert record.reason is not None
     assert "grace period" in record.reason
+
+
+# --- a client that stops reading -------------------------------------------------------------
+
+
+def _chat_chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/files"], ids=["gated", "passed"])
+async def test_a_client_that_stops_reading_is_let_go_at_the_idle_timeout(path: str) -> None:
+    # aiohttp's write waits for the socket to drain with no limit of its own, whether or not
+    # the socket was full before the write: a client that stops reading held the handler,
+    # its slot and the upstream until its TCP connection died.
+    upstream_ended = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        try:  # ~9 MB of one-character deltas: within the text bound, beyond any buffer
+            for _ in range(600):
+                await response.write(_chat_chunk({"content": "w"}) * 100)
+            await response.write(_chat_chunk({}, "stop") + b"data: [DONE]\n\n")
+        except ConnectionError:
+            pass  # the proxy let the upstream go
+        finally:
+            upstream_ended.set()
+        return response
+
+    async with (
+        serve_app(answer) as upstream,
+        proxy_to(upstream, gating=gating(idle_timeout=0.5)) as proxied,
+    ):
+        host, port = proxied.proxy.url.removeprefix("http://").rsplit(":", 1)
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting
+        client.connect((host, int(port)))
+        client.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=client)
+        body = json.dumps(request_for("chat")).encode()
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await writer.drain()
+        assert await reader.read(100)  # a little of the answer, then it never reads again
+        try:
+            await wait_for(lambda: proxied.records, "the proxy let the client go", limit=20.0)
+            await asyncio.wait_for(upstream_ended.wait(), 20.0)  # a guard, not a measure
+        finally:
+            writer.transport.abort()
+    [record] = proxied.records
+    assert record.outcome == "abandoned"
+    assert proxied.proxy.active == 0

@@ -31,7 +31,7 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -164,6 +164,51 @@ class _Retry(Exception):
         self.wait = wait
 
 
+class _WriteWatchdog:
+    """One exchange's one timer on its writes to the client: a write that has waited
+    longer than `limit` (the client stopped reading: aiohttp's write waits for the socket
+    to drain, with no limit of its own) aborts the client's connection. Armed at the first
+    write, re-armed only when it fires before what is due; a write costs a clock read."""
+
+    __slots__ = ("_abort", "_handle", "_limit", "_loop", "_since", "_writing", "fired")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limit: float, abort: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._abort = abort
+        self._handle: asyncio.TimerHandle | None = None
+        self._since = 0.0
+        self._writing = False
+        self.fired = False
+
+    def writing(self) -> None:
+        self._since = self._loop.time()
+        self._writing = True
+        if self._handle is None:
+            self._handle = self._loop.call_at(self._since + self._limit, self._fire)
+
+    def written(self) -> None:
+        self._writing = False
+
+    def _fire(self) -> None:
+        self._handle = None
+        if not self._writing:
+            return  # the next write arms it again
+        due = self._since + self._limit
+        if due > self._loop.time():  # a later write began since it was armed
+            self._handle = self._loop.call_at(due, self._fire)
+            return
+        self.fired = True
+        self._abort()  # the waiting write returns; `ProxyExchange._write` says why
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class ProxyExchange:
     """One admitted request through its route (see the module docstring)."""
 
@@ -187,10 +232,18 @@ class ProxyExchange:
         self.response: web.StreamResponse | None = None  # the client's, once its head went
         self.parsed: Mapping[str, Any] | None = None
         self.body = b""
+        self._watchdog: _WriteWatchdog | None = None  # armed by the first write
 
     # --- the request -----------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
+        try:
+            return await self._run()
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.stop()
+
+    async def _run(self) -> web.StreamResponse:
         server, flow = self.server, self.flow
         idle = self.route.settings.gating.idle_timeout
         try:
@@ -416,20 +469,27 @@ class ProxyExchange:
             self.response = response
         return self.response
 
-    async def _write(self, response: web.StreamResponse, piece: bytes) -> None:
-        """Send a piece; a client that does not take it within the silence limit has
-        stopped reading, and is treated as gone (its slot and the upstream are freed). The
-        timer is armed only when the socket's buffer is full (a write then waits)."""
-        if self.flow.first_sent_at is None:
+    async def _write(self, response: web.StreamResponse, piece: bytes | None) -> None:
+        """Send a piece (None: the end of the body); a client that does not take it within
+        the silence limit has stopped reading, and is treated as gone (its connection
+        aborted, its slot and the upstream freed): ConnectionResetError."""
+        watchdog = self._watchdog
+        if watchdog is None:
+            loop = asyncio.get_running_loop()
+            idle = self.route.settings.gating.idle_timeout
+            watchdog = self._watchdog = _WriteWatchdog(loop, idle, self._abort)
+        if piece is not None and self.flow.first_sent_at is None:
             self.flow.first_sent_at = asyncio.get_running_loop().time()
-        if not getattr(self.request.protocol, "writing_paused", True):
-            await response.write(piece)
-            return
+        watchdog.writing()
         try:
-            async with asyncio.timeout(self.route.settings.gating.idle_timeout):
+            if piece is None:
+                await response.write_eof()
+            else:
                 await response.write(piece)
-        except TimeoutError:
-            raise ConnectionResetError("the client stopped reading") from None
+        finally:
+            watchdog.written()
+        if watchdog.fired:
+            raise ConnectionResetError("the client stopped reading")
 
     async def _pass(
         self,
@@ -465,7 +525,7 @@ class ProxyExchange:
                 with contextlib.suppress(Exception):
                     await close()
         with contextlib.suppress(ConnectionError):
-            await response.write_eof()
+            await self._write(response, None)
         return response
 
     async def _gate(
@@ -505,7 +565,6 @@ class ProxyExchange:
         response = None if can_retry else await self._head(flow.status, headers)
         pieces = aiter(stream)
         left = False
-        protocol = self.request.protocol
         try:
             async for piece in pieces:
                 outcome = stream.outcome
@@ -520,10 +579,7 @@ class ProxyExchange:
                     raise _Retry()  # the refusal frame is not sent: nothing was seen
                 if response is None:
                     response = await self._head(flow.status, headers)
-                if flow.first_sent_at is None or getattr(protocol, "writing_paused", True):
-                    await self._write(response, piece)
-                else:  # `_write`'s own path when the socket takes the piece at once
-                    await response.write(piece)
+                await self._write(response, piece)
         except ConnectionError:  # the client left (or stopped reading): not an outcome
             left = True
             self._abort()
@@ -545,7 +601,7 @@ class ProxyExchange:
         if response is None:  # an empty body judged (accepted or refused): its head now
             response = await self._head(flow.status, headers)
         with contextlib.suppress(ConnectionError):
-            await response.write_eof()
+            await self._write(response, None)
         return response
 
     async def _whole(
