@@ -21,6 +21,7 @@ ends so, whatever prefix comes before, and that asks for a stream in its body.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -218,6 +219,7 @@ class DeclaredTool(ToolSpec):
 _SCHEMA_PROBLEMS_KEPT = 256
 _SCHEMA_KEY_CHARS = 65536  # a larger schema is checked every time (the kept ones stay small)
 _schema_problems: dict[str, str | None] = {}
+_schema_problems_lock = threading.Lock()  # the library may judge from several threads
 
 
 def schema_problem(schema: object) -> str | None:
@@ -237,14 +239,16 @@ def schema_problem(schema: object) -> str | None:
         return _check_schema(schema)
     if len(key) > _SCHEMA_KEY_CHARS:
         return _check_schema(schema)
-    try:
-        return _schema_problems[key]
-    except KeyError:
-        pass
-    problem = _check_schema(schema)
-    if len(_schema_problems) >= _SCHEMA_PROBLEMS_KEPT:
-        _schema_problems.pop(next(iter(_schema_problems)), None)
-    _schema_problems[key] = problem
+    with _schema_problems_lock:
+        if key in _schema_problems:
+            return _schema_problems[key]
+    # Checked as its key reads back, so that the answer depends on the key alone (a tuple
+    # is a JSON array in the key, and no array to jsonschema).
+    problem = _check_schema(json.loads(key))
+    with _schema_problems_lock:
+        if len(_schema_problems) >= _SCHEMA_PROBLEMS_KEPT:
+            del _schema_problems[next(iter(_schema_problems))]
+        _schema_problems[key] = problem
     return problem
 
 

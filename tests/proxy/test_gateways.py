@@ -5,6 +5,7 @@ official SDK's own parser and by lockgate's decoder."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -175,6 +176,37 @@ def test_a_schema_is_checked_once_however_often_it_is_declared(
     # The kept answers are bounded.
     for number in range(gateway_module._SCHEMA_PROBLEMS_KEPT + 10):
         gateway_module.schema_problem({"type": "object", "title": str(number)})
+    assert len(gateway_module._schema_problems) == gateway_module._SCHEMA_PROBLEMS_KEPT
+
+
+def test_a_kept_answer_depends_on_the_schema_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tuple is a JSON array in the key, and no array to jsonschema: checked as the key
+    # reads back, the list and the tuple get one answer, whichever came first.
+    monkeypatch.setattr(gateway_module, "_schema_problems", {})
+    as_tuple = {"type": "object", "required": ("a",)}
+    as_list = {"type": "object", "required": ["a"]}
+    assert gateway_module.schema_problem(as_tuple) is None
+    assert gateway_module.schema_problem(as_list) is None
+
+
+def test_the_kept_answers_hold_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gateway_module, "_check_schema", lambda schema: None)  # contention
+    monkeypatch.setattr(gateway_module, "_schema_problems", {})
+    errors: list[BaseException] = []
+
+    def judge(thread: int) -> None:
+        try:
+            for number in range(3_000):
+                gateway_module.schema_problem({"type": "object", "title": f"{thread}-{number}"})
+        except BaseException as exc:  # what a thread raises would be lost otherwise
+            errors.append(exc)
+
+    threads = [threading.Thread(target=judge, args=(thread,)) for thread in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
     assert len(gateway_module._schema_problems) == gateway_module._SCHEMA_PROBLEMS_KEPT
 
 
