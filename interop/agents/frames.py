@@ -57,14 +57,14 @@ from .run import (
     RunResult,
     Settings,
     UsageError,
-    default_cache,
     gather_interruptibly,
-    install,
+    names,
+    prepare,
     run_case,
 )
 from .server import Exchange, FramesReply, Reply, Responder, WholeReply, text_reply
 from .tools import has_tool_result, shell_calls
-from .wire import PAUSE
+from .wire import PAUSE, sse_event
 
 __all__ = ["FRAMES", "REASON", "RefusalFrame", "main"]
 
@@ -72,15 +72,6 @@ REASON = (
     "lockgate withheld 1 tool call: stream_ended: stream ended without a terminal event; "
     "nothing executed"
 )
-
-
-def _json(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def _event(name: str | None, payload: object) -> bytes:
-    head = b"" if name is None else b"event: " + name.encode() + b"\n"
-    return head + b"data: " + _json(payload) + b"\n\n"
 
 
 @dataclass(frozen=True)
@@ -104,11 +95,11 @@ def _responses_preamble(model: str, serial: int) -> tuple[list[bytes], dict[str,
         "error": None,
     }
     frames = [
-        _event(
+        sse_event(
             "response.created",
             {"type": "response.created", "response": response, "sequence_number": 0},
         ),
-        _event(
+        sse_event(
             "response.in_progress",
             {"type": "response.in_progress", "response": response, "sequence_number": 1},
         ),
@@ -120,10 +111,14 @@ def _responses(kind: str) -> Callable[[str, int], list[bytes]]:
     def build(model: str, serial: int) -> list[bytes]:
         frames, response = _responses_preamble(model, serial)
         nested = {
-            "type": "server_error",
-            "code": "lockgate_stream_ended",
-            "message": REASON,
-            "param": None,
+            "type": "error",
+            "error": {
+                "type": "server_error",
+                "code": "lockgate_stream_ended",
+                "message": REASON,
+                "param": None,
+            },
+            "sequence_number": 2,
         }
         flat = {
             "type": "error",
@@ -142,17 +137,17 @@ def _responses(kind: str) -> Callable[[str, int], list[bytes]]:
             "sequence_number": 2,
         }
         if kind == "error-nested":
-            frames.append(_event("error", {"type": "error", "error": nested, "sequence_number": 2}))
+            frames.append(sse_event("error", nested))
         elif kind == "error-flat":
-            frames.append(_event("error", flat))
+            frames.append(sse_event("error", flat))
         elif kind == "response-failed":
-            frames.append(_event("response.failed", failed))
+            frames.append(sse_event("response.failed", failed))
         elif kind == "error-then-failed":
-            frames.append(_event("error", flat))
-            frames.append(_event("response.failed", {**failed, "sequence_number": 3}))
+            frames.append(sse_event("error", flat))
+            frames.append(sse_event("response.failed", {**failed, "sequence_number": 3}))
         elif kind == "error-nested-then-failed":
-            frames.append(_event("error", {"type": "error", "error": nested, "sequence_number": 2}))
-            frames.append(_event("response.failed", {**failed, "sequence_number": 3}))
+            frames.append(sse_event("error", nested))
+            frames.append(sse_event("response.failed", {**failed, "sequence_number": 3}))
         return frames
 
     return build
@@ -179,13 +174,13 @@ def _chat(kind: str) -> Callable[[str, int], list[bytes]]:
             "code": "lockgate_stream_ended",
             "param": None,
         }
-        frames = [_event(None, first)]
+        frames = [sse_event(None, first)]
         if kind == "error-chunk":
-            frames.append(_event(None, {"error": error}))
+            frames.append(sse_event(None, {"error": error}))
         elif kind == "error-chunk-done":
-            frames += [_event(None, {"error": error}), b"data: [DONE]\n\n"]
+            frames += [sse_event(None, {"error": error}), b"data: [DONE]\n\n"]
         elif kind == "error-event":
-            frames.append(_event("error", {"error": error}))
+            frames.append(sse_event("error", {"error": error}))
         return frames
 
     return build
@@ -203,11 +198,11 @@ def _anthropic(kind: str) -> Callable[[str, int], list[bytes]]:
             "stop_sequence": None,
             "usage": {"input_tokens": 100, "output_tokens": 1},
         }
-        frames = [_event("message_start", {"type": "message_start", "message": message})]
+        frames = [sse_event("message_start", {"type": "message_start", "message": message})]
         error_type = {"error-overloaded": "overloaded_error", "error-api": "api_error"}.get(kind)
         if error_type is not None:
             error = {"type": error_type, "message": REASON}
-            frames.append(_event("error", {"type": "error", "error": error}))
+            frames.append(sse_event("error", {"type": "error", "error": error}))
         return frames
 
     return build
@@ -225,7 +220,7 @@ def _gemini(kind: str) -> Callable[[str, int], list[bytes]]:
         status = statuses.get(kind)
         if status is not None:
             error = {"code": status[0], "message": REASON, "status": status[1]}
-            return [_event(None, {"error": error})]
+            return [sse_event(None, {"error": error})]
         finish = finishes.get(kind)
         if finish is not None:
             candidate = {
@@ -235,10 +230,10 @@ def _gemini(kind: str) -> Callable[[str, int], list[bytes]]:
                 "index": 0,
             }
             chunk = {"candidates": [candidate], "modelVersion": model, "responseId": str(serial)}
-            return [_event(None, chunk)]
+            return [sse_event(None, chunk)]
         if kind == "blocked":
             feedback = {"blockReason": "OTHER", "blockReasonMessage": REASON}
-            return [_event(None, {"promptFeedback": feedback, "modelVersion": model})]
+            return [sse_event(None, {"promptFeedback": feedback, "modelVersion": model})]
         return []
 
     return build
@@ -417,34 +412,21 @@ async def _run(
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        names: list[str] = []
-        for part in (p.strip() for p in args.agents.split(",") if p.strip()):
-            for name in GROUPS.get(part, (part,)):
-                if name not in AGENTS:
-                    raise UsageError(f"unknown agent {name!r}; known: {', '.join(AGENTS)}")
-                if name not in names:
-                    names.append(name)
+        agents = names(args.agents, AGENTS, "agent", GROUPS)
         wanted = {p.strip() for p in args.frames.split(",") if p.strip()}
         unknown = wanted - {frame.name for frame in FRAMES}
         if unknown:
             raise UsageError(f"unknown frame {sorted(unknown)[0]!r}")
         if args.timeout <= 0 or args.jobs < 1 or args.pause < 0:
             raise UsageError("--timeout must be positive, --jobs at least 1, --pause not negative")
-        cache: Path = (args.cache or default_cache()).resolve()
-        installation = install(cache, not args.no_install)
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        out: Path = (args.out or cache / "results" / f"frames-{stamp}").resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        installation, out = prepare(args.cache, args.out, not args.no_install, "frames-")
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
         return 2
     settings = Settings(installation, out, args.timeout, 0.0, (), 404, False)
     plan = [
         (AGENTS[name], frame)
-        for name in names
+        for name in agents
         for frame in FRAMES
         if frame.protocol == _wire_protocol(AGENTS[name]) and (not wanted or frame.name in wanted)
     ]

@@ -67,6 +67,8 @@ __all__ = [
     "gather_interruptibly",
     "launch_proxy",
     "main",
+    "names",
+    "prepare",
     "run_agent",
     "run_case",
     "run_one",
@@ -143,6 +145,23 @@ def install(cache: Path, allowed: bool) -> Installation:
         print(f"agents already installed in {cache}", flush=True)
     shutil.copyfile(Path(__file__).with_name(AI_SDK_SCRIPT), cache / AI_SDK_SCRIPT)
     return installation
+
+
+def prepare(
+    cache: Path | None, out: Path | None, allow_install: bool, prefix: str = ""
+) -> tuple[Installation, Path]:
+    """The agents installed in `cache` (default `default_cache()`; npm when allowed) and
+    the results folder, made: `out`, else `CACHE/results/<prefix><UTC time>`. UsageError
+    for whatever fails, an OSError included."""
+    try:
+        folder = (cache or default_cache()).resolve()
+        installation = install(folder, allow_install)
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+        results = (out or folder / "results" / f"{prefix}{stamp}").resolve()
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{exc.strerror or exc}: {exc.filename or ''}") from None
+    return installation, results
 
 
 # --- one run ---------------------------------------------------------------------------------
@@ -626,7 +645,7 @@ def _proxy_counts_text(result: RunResult) -> str:
 # --- the command line ------------------------------------------------------------------------
 
 
-def _names(
+def names(
     value: str, known: dict[str, Any], what: str, groups: Mapping[str, Sequence[str]]
 ) -> list[str]:
     chosen: list[str] = []
@@ -741,14 +760,14 @@ async def _run_all(
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        agents = _names(args.agents, AGENTS, "agent", GROUPS)
+        agents = names(args.agents, AGENTS, "agent", GROUPS)
         known_outcomes = {o.value: o for o in Outcome}
         outcome_groups = {
             group: tuple(o.value for o in members) for group, members in OUTCOME_GROUPS.items()
         }
         outcomes = [
             known_outcomes[n]
-            for n in _names(args.outcomes, known_outcomes, "outcome", outcome_groups)
+            for n in names(args.outcomes, known_outcomes, "outcome", outcome_groups)
         ]
         vias = list(PATHS) if args.via == "both" else [args.via]
         if args.timeout <= 0 or args.pause < 0 or args.jobs < 1:
@@ -760,16 +779,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if {"--upstream", "--port"} & set(proxy_args):
             raise UsageError("--proxy-args: the runner sets --upstream and --port itself")
         lockgate_src = lockgate_source(args.lockgate_src)
-        cache: Path = (args.cache or default_cache()).resolve()
-        installation = install(cache, not args.no_install)
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        out: Path = (args.out or cache / "results" / stamp).resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        installation, out = prepare(args.cache, args.out, not args.no_install)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
         return 2
     description = describe_lockgate(lockgate_src) if "proxy" in vias else "not used"
     settings = Settings(

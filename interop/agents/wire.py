@@ -26,7 +26,16 @@ from typing import Any
 
 from .outcomes import Terminal
 
-__all__ = ["PAUSE", "RENDERERS", "Call", "Script", "whole_calls", "whole_error", "whole_text"]
+__all__ = [
+    "PAUSE",
+    "RENDERERS",
+    "Call",
+    "Script",
+    "sse_event",
+    "whole_calls",
+    "whole_error",
+    "whole_text",
+]
 
 _MODEL_FALLBACK = "hostile-model"
 # Where the server waits (`--pause`): right after each call, before whatever follows it.
@@ -66,7 +75,8 @@ def _json(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def _event(name: str | None, payload: object) -> bytes:
+def sse_event(name: str | None, payload: object) -> bytes:
+    """One SSE event: `event: NAME` (None: no such line) and its data, compact JSON."""
     head = b"" if name is None else b"event: " + name.encode() + b"\n"
     return head + b"data: " + _json(payload) + b"\n\n"
 
@@ -80,7 +90,7 @@ def _responses(script: Script, serial: int) -> list[bytes]:
 
     def emit(name: str, payload: dict[str, Any]) -> None:
         nonlocal sequence
-        frames.append(_event(name, {"type": name, **payload, "sequence_number": sequence}))
+        frames.append(sse_event(name, {"type": name, **payload, "sequence_number": sequence}))
         sequence += 1
 
     response_id = f"resp_hostile_{serial}"
@@ -124,36 +134,23 @@ def _responses(script: Script, serial: int) -> list[bytes]:
     for index, call in enumerate(script.calls):
         last = index == len(script.calls) - 1
         first_half, second_half = call.halves()
-        if call.custom:
-            item_id = f"ctc_hostile_{serial}_{index}"
-            item = {
-                "id": item_id,
-                "type": "custom_tool_call",
-                "status": "in_progress",
-                "call_id": f"call_hostile_{serial}_{index}",
-                "name": call.name,
-                "input": "",
-            }
-            if call.namespace is not None:
-                item["namespace"] = call.namespace
-            delta_event = "response.custom_tool_call_input.delta"
-            done_event = "response.custom_tool_call_input.done"
-            field = "input"
-        else:
-            item_id = f"fc_hostile_{serial}_{index}"
-            item = {
-                "id": item_id,
-                "type": "function_call",
-                "status": "in_progress",
-                "call_id": f"call_hostile_{serial}_{index}",
-                "name": call.name,
-                "arguments": "",
-            }
-            if call.namespace is not None:
-                item["namespace"] = call.namespace
-            delta_event = "response.function_call_arguments.delta"
-            done_event = "response.function_call_arguments.done"
-            field = "arguments"
+        kind, prefix, field, events = (
+            ("custom_tool_call", "ctc", "input", "response.custom_tool_call_input")
+            if call.custom
+            else ("function_call", "fc", "arguments", "response.function_call_arguments")
+        )
+        item_id = f"{prefix}_hostile_{serial}_{index}"
+        item = {
+            "id": item_id,
+            "type": kind,
+            "status": "in_progress",
+            "call_id": f"call_hostile_{serial}_{index}",
+            "name": call.name,
+            field: "",
+        }
+        if call.namespace is not None:
+            item["namespace"] = call.namespace
+        delta_event, done_event = f"{events}.delta", f"{events}.done"
         output_index = len(done)
         emit("response.output_item.added", {"output_index": output_index, "item": item})
         place = {"item_id": item_id, "output_index": output_index}
@@ -203,7 +200,7 @@ def _chat(script: Script, serial: int) -> list[bytes]:
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        frames.append(_event(None, {**base, "choices": [choice]}))
+        frames.append(sse_event(None, {**base, "choices": [choice]}))
 
     chunk({"role": "assistant", "content": None if script.text is None else ""})
     if script.text is not None:
@@ -229,7 +226,7 @@ def _chat(script: Script, serial: int) -> list[bytes]:
             "type": "server_error",
             "code": None,
         }
-        frames.append(_event(None, {"error": error}))
+        frames.append(sse_event(None, {"error": error}))
         return frames
     if script.terminal is Terminal.NONE:
         return frames
@@ -239,7 +236,7 @@ def _chat(script: Script, serial: int) -> list[bytes]:
         finish = "tool_calls" if script.calls else "stop"
     chunk({}, finish)
     usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
-    frames.append(_event(None, {**base, "choices": [], "usage": usage}))
+    frames.append(sse_event(None, {**base, "choices": [], "usage": usage}))
     frames.append(b"data: [DONE]\n\n")
     return frames
 
@@ -251,7 +248,7 @@ def _anthropic(script: Script, serial: int) -> list[bytes]:
     frames: list[bytes] = []
 
     def emit(name: str, payload: dict[str, Any]) -> None:
-        frames.append(_event(name, {"type": name, **payload}))
+        frames.append(sse_event(name, {"type": name, **payload}))
 
     message: dict[str, Any] = {
         "id": f"msg_hostile_{serial}",
@@ -325,11 +322,11 @@ def _gemini(script: Script, serial: int) -> list[bytes]:
         }
 
     if script.text is not None:
-        frames.append(_event(None, chunk([{"text": script.text}])))
+        frames.append(sse_event(None, chunk([{"text": script.text}])))
     for number, call in enumerate(script.calls):
         last = number == len(script.calls) - 1
         part = {"functionCall": {"name": call.name, "args": call.argument_object()}}
-        frame = _event(None, chunk([part]))
+        frame = sse_event(None, chunk([part]))
         if script.cut and last:
             return [*frames, frame[: len(frame) // 2], PAUSE]
         frames.append(frame)
@@ -340,12 +337,12 @@ def _gemini(script: Script, serial: int) -> list[bytes]:
             "message": "hostile: the model is overloaded",
             "status": "UNAVAILABLE",
         }
-        frames.append(_event(None, {"error": error}))
+        frames.append(sse_event(None, {"error": error}))
         return frames
     if script.terminal is Terminal.NONE:
         return frames
     finish = "MAX_TOKENS" if script.terminal is Terminal.LIMIT else "STOP"
-    frames.append(_event(None, chunk([{"text": ""}], finish)))
+    frames.append(sse_event(None, chunk([{"text": ""}], finish)))
     return frames
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterable, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anthropic
@@ -50,6 +51,64 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}"
 
 
+@dataclass
+class _Reading:
+    """What a client has read of its stream so far."""
+
+    text: str = ""
+    calls: dict[int, list[str]] = field(default_factory=dict)  # index -> [name, arguments]
+    finish: str | None = None
+
+
+async def _read(
+    client: openai.AsyncOpenAI | anthropic.AsyncAnthropic,
+    open_stream: Callable[[], Awaitable[AsyncIterable[Any]]],
+    read: Callable[[dict[str, Any], _Reading], None],
+) -> Outcome:
+    """The outcome of the stream `open_stream` opens, each event (`model_dump`) handed to
+    `read`; the client is closed at the end."""
+    reading = _Reading()
+    error: str | None = None
+    started = time.monotonic()
+    try:
+        async for event in await open_stream():
+            read(event.model_dump(), reading)
+    except Exception as exc:
+        error = _error(exc)
+    finally:
+        await client.close()
+    elapsed = time.monotonic() - started
+    calls = tuple((name, arguments) for _, (name, arguments) in sorted(reading.calls.items()))
+    return Outcome(reading.text, calls, reading.finish, error, elapsed)
+
+
+def _read_chat_chunk(chunk: dict[str, Any], reading: _Reading) -> None:
+    for choice in chunk["choices"]:
+        delta = choice.get("delta") or {}
+        reading.text += delta.get("content") or ""
+        for call in delta.get("tool_calls") or []:
+            entry = reading.calls.setdefault(call["index"], ["", ""])
+            function = call.get("function") or {}
+            entry[0] += function.get("name") or ""
+            entry[1] += function.get("arguments") or ""
+        if choice.get("finish_reason") is not None:
+            reading.finish = choice["finish_reason"]
+
+
+def _read_messages_event(data: dict[str, Any], reading: _Reading) -> None:
+    delta = data.get("delta") or {}
+    block = data.get("content_block") or {}
+    if data["type"] == "content_block_start" and block.get("type") == "tool_use":
+        reading.calls[data["index"]] = [block.get("name") or "", ""]
+    elif data["type"] == "content_block_delta":
+        if delta.get("type") == "text_delta":
+            reading.text += delta.get("text") or ""
+        elif delta.get("type") == "input_json_delta" and data["index"] in reading.calls:
+            reading.calls[data["index"]][1] += delta.get("partial_json") or ""
+    elif data["type"] == "message_delta":
+        reading.finish = delta.get("stop_reason")
+
+
 async def openai_stream(
     base_url: str,
     model: str,
@@ -63,36 +122,16 @@ async def openai_stream(
         base_url=base_url, api_key=api_key, max_retries=max_retries, timeout=read_timeout
     )
     tools: Any = [{"type": "function", "function": EDIT_TOOL}]
-    text = ""
-    calls: dict[int, list[str]] = {}
-    finish: str | None = None
-    error: str | None = None
-    started = time.monotonic()
-    try:
-        stream = await client.chat.completions.create(
+    return await _read(
+        client,
+        lambda: client.chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": f"{PROMPT} [run {run}]"}],
             tools=tools,
             stream=True,
-        )
-        async for chunk in stream:
-            for choice in chunk.model_dump()["choices"]:
-                delta = choice.get("delta") or {}
-                text += delta.get("content") or ""
-                for call in delta.get("tool_calls") or []:
-                    entry = calls.setdefault(call["index"], ["", ""])
-                    function = call.get("function") or {}
-                    entry[0] += function.get("name") or ""
-                    entry[1] += function.get("arguments") or ""
-                if choice.get("finish_reason") is not None:
-                    finish = choice["finish_reason"]
-    except Exception as exc:
-        error = _error(exc)
-    finally:
-        await client.close()
-    elapsed = time.monotonic() - started
-    assembled = tuple((name, arguments) for _, (name, arguments) in sorted(calls.items()))
-    return Outcome(text, assembled, finish, error, elapsed)
+        ),
+        _read_chat_chunk,
+    )
 
 
 async def anthropic_stream(
@@ -114,39 +153,17 @@ async def anthropic_stream(
             "input_schema": EDIT_TOOL["parameters"],
         }
     ]
-    text = ""
-    calls: dict[int, list[str]] = {}
-    finish: str | None = None
-    error: str | None = None
-    started = time.monotonic()
-    try:
-        stream = await client.messages.create(
+    return await _read(
+        client,
+        lambda: client.messages.create(
             model=model,
             max_tokens=1024,
             messages=[{"role": "user", "content": f"{PROMPT} [run {run}]"}],
             tools=tools,
             stream=True,
-        )
-        async for event in stream:
-            data = event.model_dump()
-            delta = data.get("delta") or {}
-            block = data.get("content_block") or {}
-            if data["type"] == "content_block_start" and block.get("type") == "tool_use":
-                calls[data["index"]] = [block.get("name") or "", ""]
-            elif data["type"] == "content_block_delta":
-                if delta.get("type") == "text_delta":
-                    text += delta.get("text") or ""
-                elif delta.get("type") == "input_json_delta" and data["index"] in calls:
-                    calls[data["index"]][1] += delta.get("partial_json") or ""
-            elif data["type"] == "message_delta":
-                finish = delta.get("stop_reason")
-    except Exception as exc:
-        error = _error(exc)
-    finally:
-        await client.close()
-    elapsed = time.monotonic() - started
-    assembled = tuple((name, arguments) for _, (name, arguments) in sorted(calls.items()))
-    return Outcome(text, assembled, finish, error, elapsed)
+        ),
+        _read_messages_event,
+    )
 
 
 Verdict = Literal["error", "full answer", "WRONG ANSWER", "FABRICATED SUCCESS", "INVALID PASSED"]

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .clients import anthropic_stream, openai_stream, verdict
-from .processes import free_port, litellm_proxy, lockgate_proxy, stop_on_sigterm
+from .processes import free_port, litellm_proxy, lockgate_proxy, routes_config, stop_on_sigterm
 from .scenarios import ALL_SCENARIOS, FALLBACK_MODEL, GATE_FAULTS, GATEWAY_FAULTS, Fault
 from .upstream import FaultServer
 
@@ -80,29 +80,16 @@ class Measured:
 
 
 def lockgate_config(port: int, provider: str, litellm: str) -> str:
-    routes = []
-    for name, upstream, fallback_model in (
-        ("provider", provider, FALLBACK_MODEL),
-        ("litellm", litellm, f"raw.{FALLBACK_MODEL}"),
-        ("litellm-anthropic", litellm, f"anthropic.raw.{FALLBACK_MODEL}"),
-    ):
-        routes.append(
-            f"""\
-  - name: {name}
-    prefix: /{name}
-    upstream: {upstream}
-    idle_timeout: 2
-    retries: {{attempts: 2, max_wait: 5}}
-  - name: {name}-fallback
-    prefix: /{name}-fallback
-    upstream: {upstream}
-    idle_timeout: 2
-    retries: {{attempts: 1, max_wait: 5}}
-    fallbacks:
-      - {{upstream: {upstream}, model: {fallback_model}}}
-"""
-        )
-    return f"listen: {{host: 127.0.0.1, port: {port}}}\nroutes:\n" + "".join(routes)
+    """lockgate's routes: `provider` to the fault server, `litellm` and
+    `litellm-anthropic` to LiteLLM, each with its `…-fallback` twin."""
+    return routes_config(
+        port,
+        [
+            ("provider", provider, FALLBACK_MODEL),
+            ("litellm", litellm, f"raw.{FALLBACK_MODEL}"),
+            ("litellm-anthropic", litellm, f"anthropic.raw.{FALLBACK_MODEL}"),
+        ],
+    )
 
 
 def _fallback_scenarios() -> frozenset[str]:

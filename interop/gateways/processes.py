@@ -1,4 +1,5 @@
-"""The gateways as child processes: `lockgate proxy --config FILE` and LiteLLM's proxy.
+"""The gateways as child processes: `lockgate proxy --config FILE` (`routes_config`
+writes its routes) and LiteLLM's proxy.
 
 Each starts on a free loopback port, is waited for until it answers, and is stopped (SIGTERM,
 then SIGKILL) when its context ends; its output goes to a log file beside its config.
@@ -14,7 +15,7 @@ import re
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ __all__ = [
     "litellm_proxy",
     "lockgate_proxy",
     "read_metrics",
+    "routes_config",
     "stop_on_sigterm",
 ]
 
@@ -99,6 +101,30 @@ async def _wait_ready(url: str, child: asyncio.subprocess.Process, log: Path, li
     raise RuntimeError(f"{url} did not answer within {limit:g} s (log: {log})")
 
 
+def routes_config(port: int, routes: Sequence[tuple[str, str, str]]) -> str:
+    """`lockgate proxy`'s YAML on `port`: per (name, upstream, fall-back model) a route
+    `/name` to the upstream (retries: 2, max_wait 5 s, idle timeout 2 s) and its twin
+    `/name-fallback` (retries: 1, one fall-back to the same upstream asking that model)."""
+    pairs = [
+        f"""\
+  - name: {name}
+    prefix: /{name}
+    upstream: {upstream}
+    idle_timeout: 2
+    retries: {{attempts: 2, max_wait: 5}}
+  - name: {name}-fallback
+    prefix: /{name}-fallback
+    upstream: {upstream}
+    idle_timeout: 2
+    retries: {{attempts: 1, max_wait: 5}}
+    fallbacks:
+      - {{upstream: {upstream}, model: {fallback_model}}}
+"""
+        for name, upstream, fallback_model in routes
+    ]
+    return f"listen: {{host: 127.0.0.1, port: {port}}}\nroutes:\n" + "".join(pairs)
+
+
 def lockgate_proxy(config: Path, port: int) -> contextlib.AbstractAsyncContextManager[Process]:
     """`lockgate proxy --config CONFIG` from this interpreter's environment."""
     command = [sys.executable, "-m", "lockgate", "proxy", "--config", str(config)]
@@ -128,27 +154,24 @@ class Metrics:
 
     samples: Mapping[str, float]
 
-    def value(self, name: str, **labels: str) -> float:
-        """The sum of the samples of `name` whose labels include `labels`."""
-        total = 0.0
+    def _selected(self, name: str, labels: Mapping[str, str]) -> Iterator[tuple[str, float]]:
+        """(label text, value) of each sample of `name` whose labels include `labels`."""
         for key, value in self.samples.items():
             sample_name, _, label_text = key.partition("{")
-            if sample_name != name:
-                continue
-            if all(f'{label}="{wanted}"' in label_text for label, wanted in labels.items()):
-                total += value
-        return total
+            if sample_name == name and all(
+                f'{label}="{wanted}"' in label_text for label, wanted in labels.items()
+            ):
+                yield label_text, value
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sum of the samples of `name` whose labels include `labels`."""
+        return sum((value for _, value in self._selected(name, labels)), 0.0)
 
     def kinds(self, name: str, label: str, **labels: str) -> dict[str, float]:
         """`name`'s samples grouped by one label's value."""
         grouped: dict[str, float] = {}
         pattern = re.compile(label + r'="([^"]*)"')
-        for key, value in self.samples.items():
-            sample_name, _, label_text = key.partition("{")
-            if sample_name != name or not all(
-                f'{other}="{wanted}"' in label_text for other, wanted in labels.items()
-            ):
-                continue
+        for label_text, value in self._selected(name, labels):
             found = pattern.search(label_text)
             if found:
                 grouped[found.group(1)] = grouped.get(found.group(1), 0.0) + value

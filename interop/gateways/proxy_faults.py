@@ -37,7 +37,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .clients import Outcome, anthropic_stream, openai_stream, verdict
-from .processes import Metrics, free_port, lockgate_proxy, read_metrics, stop_on_sigterm
+from .processes import (
+    Metrics,
+    free_port,
+    lockgate_proxy,
+    read_metrics,
+    routes_config,
+    stop_on_sigterm,
+)
 from .scenarios import ALL_SCENARIOS, FALLBACK_MODEL, GATEWAY_FAULTS, Fault
 from .upstream import FaultServer
 
@@ -93,22 +100,7 @@ class Run:
 
 def proxy_config(port: int, provider: str) -> str:
     """The proxy's YAML: the two routes to `provider`."""
-    return f"""\
-listen: {{host: 127.0.0.1, port: {port}}}
-routes:
-  - name: provider
-    prefix: /provider
-    upstream: {provider}
-    idle_timeout: 2
-    retries: {{attempts: 2, max_wait: 5}}
-  - name: provider-fallback
-    prefix: /provider-fallback
-    upstream: {provider}
-    idle_timeout: 2
-    retries: {{attempts: 1, max_wait: 5}}
-    fallbacks:
-      - {{upstream: {provider}, model: {FALLBACK_MODEL}}}
-"""
+    return routes_config(port, [("provider", provider, FALLBACK_MODEL)])
 
 
 def base_url(origin: str, route: str, protocol: str) -> str:

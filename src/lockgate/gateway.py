@@ -15,7 +15,8 @@ snapshot of and the protocol's error body. Each provider implements it in
 `declared_tool` builds the `ToolSpec` of a tool as a request declares it (any name, any
 schema: the provider's API has the last word on both), for every gateway alike;
 `suffix_target` is the routing rule of a protocol whose requests are a `POST` to a path that
-ends so, whatever prefix comes before, and that asks for a stream in its body.
+ends so, whatever prefix comes before, and that asks for a stream in its body;
+`event_object` is an event's data as the JSON object a gateway reads its fields from.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 from .codec import StreamDecoder
 from .conversation import ToolSpec
 from .events import CALL_FUNCTION
+from .jsonlimits import parse_event
 from .sse import ServerSentEvent
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "Refusal",
     "declared_tool",
     "declared_tools",
+    "event_object",
     "schema_problem",
     "suffix_target",
 ]
@@ -302,15 +305,15 @@ def declared_tool(
 
 
 def declared_tools(
-    request: Mapping[str, Any],
+    declared: object,
     fields: Callable[[dict[str, Any]], tuple[object, object, object] | None],
     *,
     validate_schemas: bool,
 ) -> tuple[ToolSpec, ...]:
-    """The `ToolSpec`s of a request's `tools` list: `fields` gives a declared tool's (name,
-    description, schema) in its protocol's shape, or None for one that is not a function
-    tool of the client's (a provider's own tool)."""
-    declared = request.get("tools")
+    """The `ToolSpec`s of a list of declared tools (a request's `tools`, Gemini's
+    `functionDeclarations`): `fields` gives a declared tool's (name, description, schema) in
+    its protocol's shape, or None for one that is not a function tool of the client's (a
+    provider's own tool)."""
     if not isinstance(declared, list):
         return ()
     found = (
@@ -333,3 +336,12 @@ def suffix_target(method: str, path: str, endings: tuple[str, ...]) -> ProtocolT
 
 
 _BODY_DECIDES = ProtocolTarget()
+
+
+def event_object(event: ServerSentEvent) -> dict[str, Any] | None:
+    """An event's data as a JSON object; None when it is not one (or not JSON)."""
+    try:
+        payload = parse_event(event.data)
+    except ValueError:
+        return None
+    return payload if type(payload) is dict else None

@@ -17,9 +17,10 @@ import subprocess
 import sys
 import textwrap
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -201,7 +202,11 @@ def test_a_usage_error_imports_no_http_library() -> None:
 
 @contextmanager
 def running_proxy(
-    upstream: str, *args: str, env: dict[str, str] | None = None
+    upstream: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    stderr: IO[str] | int = subprocess.PIPE,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
     """`lockgate proxy --upstream UPSTREAM ARGS`: the process, its URL and its first line."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("LG_")}
@@ -209,10 +214,11 @@ def running_proxy(
     process = subprocess.Popen(
         [sys.executable, "-m", "lockgate", "proxy", "--upstream", upstream, *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         stdin=subprocess.DEVNULL,
         text=True,
         env=environment,
+        preexec_fn=preexec_fn,
     )
     try:
         assert process.stdout is not None
@@ -236,10 +242,11 @@ def connection(url: str) -> http.client.HTTPConnection:
     return http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
 
 
-def post(url: str, headers: dict[str, str]) -> tuple[int, bytes]:
+def request_with(url: str, headers: dict[str, str], method: str = "POST") -> tuple[int, bytes]:
     conn = connection(url)
     try:
-        conn.request("POST", PATH, json.dumps(request_for("chat")), headers)
+        body = json.dumps(request_for("chat")) if method == "POST" else None
+        conn.request(method, PATH if method == "POST" else "/v1/models", body, headers)
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -254,9 +261,9 @@ def test_the_proxy_gates_holds_the_key_and_stops_after_the_stream_in_flight() ->
         running_proxy(server.base_url.removesuffix("/v1"), *flags, env=env) as (proc, url, first),
     ):
         auth = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
-        accepted = post(url, auth)
-        refused = post(url, auth)
-        unauthorized = post(url, {"authorization": "Bearer sk-not-the-token"})
+        accepted = request_with(url, auth)
+        refused = request_with(url, auth)
+        unauthorized = request_with(url, {"authorization": "Bearer sk-not-the-token"})
 
         conn = connection(url)
         conn.request("POST", PATH, json.dumps(request_for("chat")), auth)
@@ -307,7 +314,7 @@ def test_json_lines_and_sigint() -> None:
             first,
         ),
     ):
-        assert post(url, {"content-type": "application/json"}) == (
+        assert request_with(url, {"content-type": "application/json"}) == (
             200,
             turn_bytes(ACCEPTED, "chat"),
         )
@@ -340,17 +347,6 @@ def test_json_lines_and_sigint() -> None:
 # --- the gate's bounds and the allowed host names -------------------------------------------
 
 TWO_CALLS = Turn(reply=Reply("r3", (Call("call_1", "edit", EDIT), Call("call_2", "edit", EDIT))))
-
-
-def request_with(url: str, headers: dict[str, str], method: str = "POST") -> tuple[int, bytes]:
-    conn = connection(url)
-    try:
-        body = json.dumps(request_for("chat")) if method == "POST" else None
-        conn.request(method, PATH if method == "POST" else "/v1/models", body, headers)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def test_the_gates_bounds_and_the_allowed_hosts_are_flags() -> None:
@@ -395,47 +391,32 @@ def test_at_the_descriptor_limit_one_line_then_accepting_again(tmp_path: Path) -
     with (
         ServerThread([], provider="chat") as server,
         errors.open("w") as stderr,
+        running_proxy(server.base_url.removesuffix("/v1"), stderr=stderr, preexec_fn=low_limit) as (
+            process,
+            url,
+            _,
+        ),
     ):
-        upstream = server.base_url.removesuffix("/v1")
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("LG_")}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lockgate", "proxy", "--upstream", upstream],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=environment,
-            preexec_fn=low_limit,
-        )
-        try:
-            assert process.stdout is not None
-            match = LISTENING.fullmatch(process.stdout.readline().rstrip("\n"))
-            assert match is not None, errors.read_text()
-            url = match[1]
-            address = urllib.parse.urlsplit(url)
-            assert address.hostname is not None
-            assert address.port is not None
+        address = urllib.parse.urlsplit(url)
+        assert address.hostname is not None
+        assert address.port is not None
 
-            def alive() -> bool:
-                return process.poll() is None
+        def alive() -> bool:
+            return process.poll() is None
 
-            def said(words: str) -> bool:
-                return any(words in line for line in errors.read_text().splitlines())
+        def said(words: str) -> bool:
+            return any(words in line for line in errors.read_text().splitlines())
 
-            with ExitStack() as clients:
-                for _ in range(40):
-                    clients.enter_context(
-                        socket.create_connection((address.hostname, address.port), timeout=30)
-                    )
-                wait_until(lambda: said("cannot accept new connections"), "the line", alive=alive)
-            wait_until(lambda: said("accepting connections again"), "accepting", alive=alive)
-            status = request_with(url, {}, "GET")[0]
-            process.send_signal(signal.SIGINT)
-            code, _, _ = finish(process)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+        with ExitStack() as clients:
+            for _ in range(40):
+                clients.enter_context(
+                    socket.create_connection((address.hostname, address.port), timeout=30)
+                )
+            wait_until(lambda: said("cannot accept new connections"), "the line", alive=alive)
+        wait_until(lambda: said("accepting connections again"), "accepting", alive=alive)
+        status = request_with(url, {}, "GET")[0]
+        process.send_signal(signal.SIGINT)
+        code, _, _ = finish(process)
     lines = errors.read_text().splitlines()
     assert code == 0
     assert status == 404  # served again: the scripted server's answer, passed back

@@ -120,26 +120,6 @@ _SYSTEM_VARIABLES = frozenset(
 _SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_RETRY_")
 
 
-def _key_variable(text: str) -> str:
-    """An environment variable name that can hold a key: `[A-Za-z_][A-Za-z0-9_]*`, and not
-    one of the system's own variables."""
-    if (
-        not text
-        or not (text[0].isalpha() or text[0] == "_")
-        or not all(c.isascii() and (c.isalnum() or c == "_") for c in text)
-    ):
-        raise argparse.ArgumentTypeError(
-            "must be an environment variable name (letters, digits and '_')"
-        )
-    upper = text.upper()
-    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
-        raise argparse.ArgumentTypeError(
-            f"{text} is a system variable, not an API key: its value would be sent as the "
-            "credential"
-        )
-    return text
-
-
 def _variable_name(text: str) -> str:
     """An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`."""
     if (
@@ -149,6 +129,18 @@ def _variable_name(text: str) -> str:
     ):
         raise argparse.ArgumentTypeError(
             "must be an environment variable name (letters, digits and '_')"
+        )
+    return text
+
+
+def _key_variable(text: str) -> str:
+    """An environment variable name that can hold a key (`_variable_name`), and not one of
+    the system's own variables."""
+    upper = _variable_name(text).upper()
+    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
+        raise argparse.ArgumentTypeError(
+            f"{text} is a system variable, not an API key: its value would be sent as the "
+            "credential"
         )
     return text
 

@@ -108,3 +108,18 @@ def routes_line(settings: ProxySettings) -> str:
     if len(routes) == 1 and not routes[0].prefix:
         return one_line(routes[0].upstream.url)
     return ", ".join(f"{route.prefix} -> {one_line(route.upstream.url)}" for route in routes)
+
+
+def listening_output(
+    url: str, settings: ProxySettings, as_json: bool, workers: int | None = None
+) -> str:
+    """The first line `lockgate proxy` prints: where it listens and where its routes go
+    (`--workers N`: and how many processes serve)."""
+    upstream = routes_line(settings)
+    if as_json:
+        value: dict[str, object] = {"event": "listening", "url": url, "upstream": upstream}
+        if workers is not None:
+            value["workers"] = workers
+        return json.dumps(value)
+    served = f" ({workers} workers)" if workers is not None else ""
+    return f"proxying at {url} -> {upstream}{served}"

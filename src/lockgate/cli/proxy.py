@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
-import json
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -36,7 +34,7 @@ from typing import TYPE_CHECKING
 from . import process
 from .args import LIMIT_HELP, one_line
 from .codes import EXIT_OK, EXIT_OUTPUT, UsageError
-from .output import record_output, routes_line
+from .output import listening_output, record_output
 from .process import SECRETS
 
 if TYPE_CHECKING:
@@ -49,22 +47,22 @@ __all__ = ["check_proxy_options", "proxy"]
 def check_proxy_options(args: argparse.Namespace) -> str:
     """The options that need each other, before any secret is read: the address to listen
     on (`localhost` as 127.0.0.1)."""
+    from ..lab.server import check_loopback  # the rule `lockgate serve --host` follows
+
     host: str = args.host
-    address = "127.0.0.1" if host == "localhost" else host
     try:
-        loopback = ipaddress.ip_address(address).is_loopback
+        address = check_loopback(host)
     except ValueError:
-        loopback = False
-    if not loopback:
+        address = host
         if not args.allow_remote:
             raise UsageError(
                 f"--host {host} is not a loopback address: give --allow-remote to listen there"
-            )
+            ) from None
         if args.api_key_env is not None and args.client_token_env is None:
             raise UsageError(
                 "a proxy that holds a key (--api-key-env) and listens beyond loopback needs "
                 "--client-token-env"
-            )
+            ) from None
     if args.client_token_env is not None and args.client_token_env == args.api_key_env:
         raise UsageError("--client-token-env must name another variable than --api-key-env")
     held_key_flags = [
@@ -82,7 +80,7 @@ def check_proxy_options(args: argparse.Namespace) -> str:
             "(--api-key-env)"
         )
     if args.allow_host:
-        from ..proxy.server import host_name_problem  # the server's own rule
+        from ..proxy.access import host_name_problem  # the server's own rule
 
         for name in args.allow_host:
             problem = host_name_problem(name)
@@ -269,11 +267,7 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
         except CassetteError as exc:  # the --record folder went away since it was checked
             raise UsageError(str(exc)) from None
         try:
-            upstream = routes_line(settings)
-            if args.json:
-                emit(json.dumps({"event": "listening", "url": running.url, "upstream": upstream}))
-            else:
-                emit(f"proxying at {running.url} -> {upstream}")
+            emit(listening_output(running.url, settings, args.json))
             await interrupted.wait()
         except OSError as exc:
             failed.append(exc)

@@ -22,17 +22,25 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .codes import EXIT_OK, UsageError
-from .output import record_output, routes_line
+from .output import listening_output, record_output
 from .process import SECRETS
+
+if TYPE_CHECKING:
+    from ..proxy.config import ProxySettings
 
 __all__ = ["serve_workers"]
 
 
-def serve_workers(args: argparse.Namespace, settings: Any) -> int:
-    """Serve `settings` (a `ProxySettings`, its secrets read) from `args.workers` processes."""
+def _address(host: str, port: int) -> str:
+    """`HOST:PORT`, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def serve_workers(args: argparse.Namespace, settings: ProxySettings) -> int:
+    """Serve `settings` (its secrets read) from `args.workers` processes."""
     try:
         from gunicorn.app.base import BaseApplication  # type: ignore[import-untyped]
     except ImportError:
@@ -68,23 +76,8 @@ def serve_workers(args: argparse.Namespace, settings: Any) -> int:
 
     def when_ready(server: Any) -> None:
         host, port = server.LISTENERS[0].sock.getsockname()[:2]
-        shown = f"[{host}]" if ":" in str(host) else host
-        url = f"http://{shown}:{port}"
-        if args.json:
-            import json
-
-            emit(
-                json.dumps(
-                    {
-                        "event": "listening",
-                        "url": url,
-                        "upstream": routes_line(settings),
-                        "workers": workers,
-                    }
-                )
-            )
-        else:
-            emit(f"proxying at {url} -> {routes_line(settings)} ({workers} workers)")
+        url = "http://" + _address(str(host), port)
+        emit(listening_output(url, settings, args.json, workers))
 
     def child_exit(server: Any, worker: Any) -> None:
         if made is not None or os.environ.get(MULTIPROCESS_VARIABLE):
@@ -93,9 +86,7 @@ def serve_workers(args: argparse.Namespace, settings: Any) -> int:
             multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
     options: dict[str, Any] = {
-        "bind": f"[{settings.host}]:{settings.port}"
-        if ":" in settings.host
-        else f"{settings.host}:{settings.port}",
+        "bind": _address(settings.host, settings.port),
         "workers": workers,
         "worker_class": "aiohttp.GunicornWebWorker",
         # gunicorn kills a worker that has not drained by then: beyond the proxy's grace.

@@ -121,6 +121,23 @@ class ScriptedServer:
             self.active -= 1
             self._settled.set()
 
+    async def _refuse(
+        self,
+        writer: asyncio.StreamWriter,
+        request: RecordedRequest,
+        outcome: str,
+        logged: str,
+        error: OpeningError,
+    ) -> None:
+        """Answer `request` with the protocol's error body for `error` (not to be retried),
+        consuming no turn; `logged` follows `METHOD PATH: ` in the log."""
+        request.consumed_turn = False
+        request.outcome = outcome
+        if self.log is not None:
+            self.log(f"{request.method} {request.path}: {logged}")
+        body = self.protocol.error_body(error)
+        await _send_json(writer, error.status, body, {"x-should-retry": "false"})
+
     def _stray(self, request: RecordedRequest) -> None:
         if self.log is not None:
             self.log(
@@ -147,18 +164,15 @@ class ScriptedServer:
                 return
             self.requests.append(request)
             if asks_websocket(request.headers) and self.protocol.answers(request.path):
-                request.consumed_turn = False
-                request.outcome = "HTTP 426 (WebSocket upgrade)"
-                if self.log is not None:
-                    self.log(
-                        f"{request.method} {request.path}: a WebSocket upgrade; answered 426 "
-                        "(this server speaks HTTP only; no turn consumed)"
-                    )
-                refused = OpeningError(
-                    426, "invalid", "this server speaks HTTP only: send the request over HTTP"
-                )
-                await _send_json(
-                    writer, 426, self.protocol.error_body(refused), {"x-should-retry": "false"}
+                await self._refuse(
+                    writer,
+                    request,
+                    "HTTP 426 (WebSocket upgrade)",
+                    "a WebSocket upgrade; answered 426 (this server speaks HTTP only; "
+                    "no turn consumed)",
+                    OpeningError(
+                        426, "invalid", "this server speaks HTTP only: send the request over HTTP"
+                    ),
                 )
                 return
             if not self.protocol.answers(request.path):
@@ -177,36 +191,27 @@ class ScriptedServer:
                 return
             problem = self._body_problem(request.body)
             if problem is not None:
-                request.consumed_turn = False
-                request.outcome = "HTTP 400 (bad request body)"
-                if self.log is not None:
-                    self.log(
-                        f"{request.method} {request.path}: {problem}; answered 400 "
-                        "(no turn consumed)"
-                    )
-                invalid = OpeningError(400, "invalid", f"bad request: {problem}")
-                await _send_json(
-                    writer, 400, self.protocol.error_body(invalid), {"x-should-retry": "false"}
+                await self._refuse(
+                    writer,
+                    request,
+                    "HTTP 400 (bad request body)",
+                    f"{problem}; answered 400 (no turn consumed)",
+                    OpeningError(400, "invalid", f"bad request: {problem}"),
                 )
                 return
             if self.select is not None:
                 turn = self.select(request)
                 if turn is None:
-                    request.consumed_turn = False
-                    request.outcome = "HTTP 404 (no turn matches this request)"
-                    if self.log is not None:
-                        self.log(
-                            f"{request.method} {request.path}: no unused turn matches this "
-                            "request body; answered 404 (no turn consumed)"
-                        )
-                    unmatched = OpeningError(
-                        404, "invalid", "no recorded exchange matches this request; not retryable"
-                    )
-                    await _send_json(
+                    await self._refuse(
                         writer,
-                        404,
-                        self.protocol.error_body(unmatched),
-                        {"x-should-retry": "false"},
+                        request,
+                        "HTTP 404 (no turn matches this request)",
+                        "no unused turn matches this request body; answered 404 (no turn consumed)",
+                        OpeningError(
+                            404,
+                            "invalid",
+                            "no recorded exchange matches this request; not retryable",
+                        ),
                     )
                     return
             else:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -501,7 +500,7 @@ def settings_from_text(text: str, source: str, path: Path | None = None) -> Prox
         hosts = []
         for item in reader.sequence(top["allow_hosts"]):
             host = reader.string(item).lower()
-            reader.check(item, None if re.fullmatch(r"[a-z0-9.-]+", host) else "not a host name")
+            reader.check(item, None if host_name_problem(host) is None else "not a host name")
             hosts.append(host)
         settings["allow_hosts"] = tuple(hosts)
     for key in ("max_streams", "max_request_bytes", "max_held_bytes"):
@@ -561,18 +560,21 @@ def upstream_problem(text: str) -> str | None:
     from ..transport import base_url_problem
 
     problem = base_url_problem(text)
-    if problem is not None:
-        return problem
-    parts = urllib.parse.urlsplit(text)
-    if parts.query or parts.fragment or "?" in text or "#" in text:
+    if problem is None and ("?" in text or "#" in text):
         return "the upstream URL must not carry a query or a fragment"
-    return None
+    return problem
 
 
-def _upstream(reader: _Reader, node: _Node) -> str:
-    url = reader.string(node)
-    reader.check(node, upstream_problem(url))
-    return url
+def _upstream(reader: _Reader, entries: Mapping[str, _Node]) -> UpstreamSettings:
+    """A route's upstream or one of its fall-backs: `upstream`, `key`, `model`."""
+    key: SecretSource | None = None
+    header: KeyHeader = "auto"
+    if "key" in entries:
+        key, header = _secret(reader, entries["key"], with_header=True)
+    url = reader.string(entries["upstream"])
+    reader.check(entries["upstream"], upstream_problem(url))
+    model = reader.string(entries["model"]) if "model" in entries else None
+    return UpstreamSettings(url, key, header, model)
 
 
 def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
@@ -592,12 +594,7 @@ def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
             raise reader.error(entries["prefix"], "must be a path like /openai (or empty)")
     if not prefix and count > 1:
         raise reader.error(node, "with several routes every route needs its own prefix")
-    key: SecretSource | None = None
-    header: KeyHeader = "auto"
-    if "key" in entries:
-        key, header = _secret(reader, entries["key"], with_header=True)
-    model = reader.string(entries["model"]) if "model" in entries else None
-    upstream = UpstreamSettings(_upstream(reader, entries["upstream"]), key, header, model)
+    upstream = _upstream(reader, entries)
     gating = _gating(reader, entries)
     retries = RouteRetries()
     if "retries" in entries:
@@ -612,18 +609,7 @@ def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
             fields = reader.mapping(item, _FALLBACK)
             if "upstream" not in fields:
                 raise reader.error(item, "upstream is required")
-            fallback_key: SecretSource | None = None
-            fallback_header: KeyHeader = "auto"
-            if "key" in fields:
-                fallback_key, fallback_header = _secret(reader, fields["key"], with_header=True)
-            fallbacks.append(
-                UpstreamSettings(
-                    _upstream(reader, fields["upstream"]),
-                    fallback_key,
-                    fallback_header,
-                    reader.string(fields["model"]) if "model" in fields else None,
-                )
-            )
+            fallbacks.append(_upstream(reader, fields))
     return RouteSettings(name, prefix, upstream, gating, retries, tuple(fallbacks))
 
 

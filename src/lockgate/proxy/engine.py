@@ -461,7 +461,7 @@ class _ReadTimer:
     held, the next keep-alive (`interval` after the last piece sent). Armed once, it is
     re-armed only when it fires before what is due now, or when a keep-alive falls due
     before it (holding began); outside a read it does nothing (the next read re-arms it).
-    When what is due falls during a read it cancels the reading task; `absorb` tells why
+    When what is due falls during a read it cancels the reading task; `read` tells why
     (`_EXPIRED`, `_KEEPALIVE`) and takes the cancellation back, or None when someone else
     cancelled the task too (theirs stands)."""
 
@@ -509,16 +509,22 @@ class _ReadTimer:
         task = self._task = asyncio.current_task()
         self._baseline = task.cancelling() if task is not None else 0
         self._reading = True
-        due = min(self._read_from + self._idle, self._deadline_at, self._keepalive_at)
+        due = self._due()
         if self._handle is None or due < self._armed_for:
             if self._handle is not None:
                 self._handle.cancel()
             self._armed_for = due
             self._handle = self._loop.call_at(due, self._fire)
 
-    def read(self) -> None:
-        """The read ended (with bytes, an end, an error or a cancellation)."""
+    def read(self) -> str | None:
+        """The read ended (with bytes, an end, an error or a cancellation): why this timer
+        cancelled it (its cancellation taken back, even when the body swallowed it), or None
+        when it did not, or someone else cancelled too."""
         self._reading = False
+        fired, self.fired = self.fired, None
+        if fired is None or self._task is None:
+            return None
+        return fired if self._task.uncancel() <= self._baseline else None
 
     def _due(self) -> float:
         return min(self._read_from + self._idle, self._deadline_at, self._keepalive_at)
@@ -538,14 +544,6 @@ class _ReadTimer:
         self._waited = self._loop.time() - self._read_from
         if self._task is not None:
             self._task.cancel()
-
-    def absorb(self) -> str | None:
-        """After a CancelledError during a read: why this timer cancelled (its cancellation
-        taken back), or None when it did not, or someone else cancelled too."""
-        fired, self.fired = self.fired, None
-        if fired is None or self._task is None:
-            return None
-        return fired if self._task.uncancel() <= self._baseline else None
 
     def expired_by_deadline(self) -> bool:
         """Whether the deadline, not the silence limit, ended the last read."""
@@ -682,8 +680,7 @@ class GatingStream:
                                 assert iterator is not None
                                 chunk = await anext(iterator, None)
                         except asyncio.CancelledError:
-                            timer.read()
-                            why = timer.absorb()
+                            why = timer.read()
                             if why is None:
                                 raise
                             if why == _EXPIRED:
@@ -691,13 +688,9 @@ class GatingStream:
                             woken = True
                         except Exception as exc:
                             timer.read()
-                            if timer.fired is not None:
-                                timer.absorb()
                             raise _broke(exc) from None
                         else:
                             timer.read()
-                            if timer.fired is not None:  # the body swallowed the cancellation
-                                timer.absorb()
                         if woken:  # a keep-alive fell due: it goes out, the read goes on
                             yield self.gateway.keepalive()
                             last_sent = clock()

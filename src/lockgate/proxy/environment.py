@@ -26,13 +26,14 @@ from .config import (
     DEFAULT_HEAD_TIMEOUT,
     DEFAULT_MAX_HELD_BYTES,
     DEFAULT_MAX_STREAMS,
+    MAX_SECRET_FILE_BYTES,
     ConfigError,
     ProxyConfig,
     ProxySettings,
     load_settings,
     resolve_secrets,
 )
-from .engine import GatingOptions, Hold
+from .engine import HOLDS, GatingOptions
 
 __all__ = [
     "config_from_environment",
@@ -40,8 +41,6 @@ __all__ = [
     "limit_variable",
     "settings_from_environment",
 ]
-
-MAX_SECRET_FILE_BYTES = 64 * 1024
 
 
 def _float_variable(
@@ -151,14 +150,9 @@ def environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]:
     upstream = env.get("LOCKGATE_UPSTREAM")
     if not upstream:
         raise ValueError("LOCKGATE_UPSTREAM is not set")
-    hold: Hold
     given = env.get("LOCKGATE_HOLD") or "tools"
-    if given == "tools":
-        hold = "tools"
-    elif given == "terminal":
-        hold = "terminal"
-    else:
-        raise ValueError("LOCKGATE_HOLD must be tools or terminal")
+    if given not in HOLDS:
+        raise ValueError(f"LOCKGATE_HOLD must be {' or '.join(HOLDS)}")
     defaults = GateLimits()
     limits = GateLimits(
         **{
@@ -178,7 +172,7 @@ def environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]:
             env, "LOCKGATE_KEEPALIVE", DEFAULT_KEEPALIVE_SECONDS, positive=True
         ),
         validate_schemas=_flag_variable(env, "LOCKGATE_VALIDATE_SCHEMAS", default=True),
-        hold=hold,
+        hold=HOLDS[HOLDS.index(given)],
     )
     hosts = tuple(
         name for name in re.split(r"[\s,]+", env.get("LOCKGATE_ALLOW_HOSTS") or "") if name

@@ -77,8 +77,6 @@ OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the eve
 # The retry owner's backoff between attempts (its jitter and growth; the route's `max_wait`
 # bounds a server's wait instead).
 _BACKOFF = RetryPolicy(attempts=11, base_delay=0.25, max_delay=8.0)
-# The refusals after which a new attempt may succeed unseen (a stream that broke, ended
-# early, fell silent, ran out of time, or a provider error marked transient).
 _DONT_RETRY = ("x-should-retry", "false")
 _WAIT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
 
@@ -143,11 +141,6 @@ class ExchangeHost(Protocol):
     def declared_tools(
         self, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime
     ) -> tuple[ToolSpec, ...]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Opened:
-    response: aiohttp.ClientResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,12 +297,11 @@ class ProxyExchange:
         self, upstream: UpstreamRuntime, can_retry: bool, *, spent: bool
     ) -> web.StreamResponse:
         server, flow, request = self.server, self.flow, self.request
-        opened = await self._open(upstream)
-        if isinstance(opened, _Unanswered):
+        response = await self._open(upstream)
+        if isinstance(response, _Unanswered):
             if can_retry:
                 raise _Retry()
-            return self._failed(opened.status, opened.reason, spent=spent)
-        response = opened.response
+            return self._failed(response.status, response.reason, spent=spent)
         try:
             encoding = response.headers.get("content-encoding", "")
             if encoding and encoding.strip().lower() != "identity" and not decodes(encoding):
@@ -318,7 +310,6 @@ class ProxyExchange:
                     "which the proxy cannot decode"
                 )
                 return self._failed(502, reason, spent=spent)
-            flow.answered_at = asyncio.get_running_loop().time()
             status = response.status
             if server.recorder is not None and self.entry is not None:
                 flow.exchange = server.recorder.exchange(
@@ -351,7 +342,7 @@ class ProxyExchange:
             except Exception as exc:  # a request whose tools cannot be read
                 return self._unjudged("internal_error", f"the request's tools ({describe(exc)})")
             if gates(self.gateway, self.parsed, status, self.target):
-                return await self._gate(response, tools, headers, upstream, can_retry, spent)
+                return await self._gate(response, tools, headers, upstream, can_retry)
             return await self._whole(response, tools, headers, upstream, can_retry, spent)
         finally:
             finish(response)
@@ -360,7 +351,7 @@ class ProxyExchange:
                 flow.exchange.finish()
                 flow.exchange = None
 
-    async def _open(self, upstream: UpstreamRuntime) -> _Opened | _Unanswered:
+    async def _open(self, upstream: UpstreamRuntime) -> aiohttp.ClientResponse | _Unanswered:
         """The request sent to `upstream` (its model in place of the request's, for a
         fall-back that names one)."""
         request, server = self.request, self.server
@@ -396,7 +387,7 @@ class ProxyExchange:
                 raise
             status, reason = failure_before_answer(exc, gating.idle_timeout)
             return _Unanswered(status, reason)
-        return _Opened(response)
+        return response
 
     # --- answers ---------------------------------------------------------------------------
 
@@ -491,6 +482,12 @@ class ProxyExchange:
         if watchdog.fired:
             raise ConnectionResetError("the client stopped reading")
 
+    async def _end(self, response: web.StreamResponse) -> web.StreamResponse:
+        """The body's clean end (a client that left meanwhile is let go)."""
+        with contextlib.suppress(ConnectionError):
+            await self._write(response, None)
+        return response
+
     async def _pass(
         self,
         upstream: aiohttp.ClientResponse,
@@ -520,13 +517,8 @@ class ProxyExchange:
             self._abort()
             return response
         finally:
-            close = getattr(pieces, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await close()
-        with contextlib.suppress(ConnectionError):
-            await self._write(response, None)
-        return response
+            await _close(pieces)
+        return await self._end(response)
 
     async def _gate(
         self,
@@ -535,7 +527,6 @@ class ProxyExchange:
         headers: dict[str, str],
         runtime: UpstreamRuntime,
         can_retry: bool,
-        spent: bool,
     ) -> web.StreamResponse:
         """The 2xx stream through the engine. With a retry left, the head and the stream's
         start wait for its first content: a transient refusal before it is retried unseen."""
@@ -585,9 +576,7 @@ class ProxyExchange:
             self._abort()
             return response or web.Response(status=499)
         finally:
-            close = getattr(pieces, "aclose", None)
-            if close is not None:
-                await close()
+            await _close(pieces)
             flow.first_read_at = stream.first_read_at
             flow.held_from = stream.held_from
             if flow.held_from is not None:
@@ -600,9 +589,7 @@ class ProxyExchange:
                     flow.incomplete = stream.outcome.refusal.kind in _INCOMPLETE
         if response is None:  # an empty body judged (accepted or refused): its head now
             response = await self._head(flow.status, headers)
-        with contextlib.suppress(ConnectionError):
-            await self._write(response, None)
-        return response
+        return await self._end(response)
 
     async def _whole(
         self,
@@ -698,7 +685,8 @@ class ProxyExchange:
         assert self.gateway is not None
         flow = self.flow
         text = f"lockgate refused the response: {kind}: {self.server.redact(reason)}"
-        flow.judged(Refused(Refusal(kind, text, transient, 0)))
+        refusal = Refusal(kind, text, transient, 0)
+        flow.judged(Refused(refusal))
         flow.status = 502
         flow.reason = f"{kind}: {reason}"
         headers = {"content-type": "application/json"}
@@ -706,7 +694,7 @@ class ProxyExchange:
             headers[_DONT_RETRY[0]] = _DONT_RETRY[1]
         return web.Response(
             status=502,
-            body=self.gateway.error_body(Refusal(kind, text, transient, 0)),
+            body=self.gateway.error_body(refusal),
             headers=headers,
         )
 
@@ -714,6 +702,14 @@ class ProxyExchange:
         transport = self.request.transport
         if transport is not None:
             transport.abort()
+
+
+async def _close(pieces: AsyncIterator[bytes]) -> None:
+    """Close a body's iteration (an async generator, maybe left suspended), quietly."""
+    close = getattr(pieces, "aclose", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await close()
 
 
 # The refusals that say an upstream stream did not end complete (counted apart: a 200 status

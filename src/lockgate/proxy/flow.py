@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from ..cassette.format import Verdict
@@ -80,7 +80,6 @@ class Flow:
     retries: int = 0  # attempts upstream beyond the first (a fall-back's included)
     fallbacks: int = 0  # attempts that went to a fall-back upstream
     incomplete: bool = False  # an upstream stream that did not end complete
-    answered_at: float | None = None  # the upstream's answer head
     first_read_at: float | None = None  # the upstream's first body bytes (a stream)
     first_sent_at: float | None = None  # the first body bytes sent to the client
     held_from: float | None = None  # when the gate began to hold (a stream)
@@ -88,7 +87,6 @@ class Flow:
     usage: Usage | None = None  # what the response stated it used
     calls: int = 0  # tool calls released
     ended: float | None = None
-    notes: list[str] = field(default_factory=list)  # never read by a client
 
     def judged(self, outcome: Accepted | Refused | None) -> None:
         """What the gate decided (None: the iteration was abandoned)."""

@@ -82,8 +82,8 @@ from .flow import (
     notify_done,
     notify_started,
 )
-from .routes import PathProblem, owner, plain_path, resumes_response_stream, route
-from .upstream import READ_MARGIN_SECONDS, open_session
+from .routes import PathProblem, Routed, owner, plain_path, resumes_response_stream, route
+from .upstream import open_session, upstream_timeout
 
 __all__ = [
     "DEFAULT_HEAD_TIMEOUT",
@@ -172,10 +172,7 @@ def _route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
             UpstreamRuntime(upstream.url, key, header, upstream.model, index, redactor)
         )
     keys = [item.key for item in upstreams if item.key is not None]
-    idle = route.gating.idle_timeout
-    timeout = aiohttp.ClientTimeout(
-        total=None, sock_connect=idle, sock_read=idle + READ_MARGIN_SECONDS
-    )
+    timeout = upstream_timeout(route.gating.idle_timeout)
     return RouteRuntime(route, tuple(upstreams), timeout, Redactor(keys) if keys else None)
 
 
@@ -393,15 +390,12 @@ class ProxyServer:
             notify_done(self.hooks, flow)
 
     def _route_of(self, path: str) -> tuple[RouteRuntime, str] | None:
-        """The route that serves `path` (the longest prefix) and the path it forwards."""
-        best: tuple[RouteRuntime, str] | None = None
-        for runtime in self.routes:
-            stripped = runtime.settings.strip(path)
-            if stripped is not None and (
-                best is None or len(runtime.settings.prefix) > len(best[0].settings.prefix)
-            ):
-                best = (runtime, stripped)
-        return best
+        """The route that serves `path` (`ProxySettings.route`) and the path it forwards."""
+        found = self.settings.route(path)
+        if found is None:
+            return None
+        settings, stripped = found
+        return next(runtime for runtime in self.routes if runtime.settings is settings), stripped
 
     def _refusal(
         self,
@@ -411,7 +405,7 @@ class ProxyServer:
         served: tuple[RouteRuntime, str] | None,
         forwarded: str,
         query: Mapping[str, str],
-        routed: Any,
+        routed: Routed | None,
     ) -> tuple[int, str] | None:
         """Why the proxy answers a request itself (the status and the message), or None."""
         if self.stopping:

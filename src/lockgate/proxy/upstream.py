@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
-from multidict import CIMultiDict
+from multidict import CIMultiDict, MultiMapping
 from yarl import URL
 
 from ..cassette.recorder import Exchange
@@ -40,6 +40,7 @@ __all__ = [
     "finish",
     "open_session",
     "upstream_headers",
+    "upstream_timeout",
     "upstream_url",
 ]
 
@@ -54,11 +55,17 @@ CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-ke
 _DECODED_ENCODINGS = frozenset({"gzip", "deflate", "br", "zstd"})
 
 
-def open_session(max_streams: int, idle_timeout: float) -> aiohttp.ClientSession:
-    """The pooled session toward every upstream of one proxy process."""
-    timeout = aiohttp.ClientTimeout(
+def upstream_timeout(idle_timeout: float) -> aiohttp.ClientTimeout:
+    """The bounds on silence toward an upstream: on connecting, and on every read (with a
+    margin: the engine decides first)."""
+    return aiohttp.ClientTimeout(
         total=None, sock_connect=idle_timeout, sock_read=idle_timeout + READ_MARGIN_SECONDS
     )
+
+
+def open_session(max_streams: int, idle_timeout: float) -> aiohttp.ClientSession:
+    """The pooled session toward every upstream of one proxy process."""
+    timeout = upstream_timeout(idle_timeout)
     connector = aiohttp.TCPConnector(limit=max_streams, limit_per_host=0)
     return aiohttp.ClientSession(
         connector=connector,
@@ -114,14 +121,12 @@ def client_headers(upstream: aiohttp.ClientResponse, redactor: Redactor | None) 
     return {name: redactor(value) for name, value in headers.items() if redactor(name) == name}
 
 
-def client_credentials(headers: Mapping[str, str], keys: list[str]) -> list[str]:
+def client_credentials(headers: MultiMapping[str], keys: list[str]) -> list[str]:
     """The credentials a client sent (its key, a token, cookies, a `key` query parameter:
     `keys`): redacted from the exchange's cassette, as a held key is."""
     values: list[str] = []
-    getall = getattr(headers, "getall", None)
     for name in (*CREDENTIALS, TOKEN_HEADER, "proxy-authorization", "cookie"):
-        found = getall(name, []) if getall is not None else [headers[name]] * (name in headers)
-        for value in found:
+        for value in headers.getall(name, []):
             values.append(value)
             scheme, _, rest = value.partition(" ")
             if rest.strip() and scheme.isalpha():

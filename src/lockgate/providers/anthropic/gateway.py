@@ -34,8 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, suffix_target
-from ...jsonlimits import parse_event
+from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, suffix_target
 from ...sse import ServerSentEvent
 from ..decoding import compact_json, malformed
 from .decoder import AnthropicDecoder
@@ -113,7 +112,7 @@ class AnthropicGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        return declared_tools(request, _client_tool, validate_schemas=validate_schemas)
+        return declared_tools(request.get("tools"), _client_tool, validate_schemas=validate_schemas)
 
     def new_decoder(self) -> AnthropicDecoder:
         return AnthropicDecoder()
@@ -124,11 +123,8 @@ class AnthropicGateway:
             return False
         if name != "content_block_start":
             return True  # the stop reason (`message_delta`), and any other or unnamed event
-        try:
-            payload = parse_event(event.data)
-        except ValueError:
-            return True
-        block = payload.get("content_block") if type(payload) is dict else None
+        payload = event_object(event)
+        block = payload.get("content_block") if payload is not None else None
         return type(block) is not dict or block.get("type") not in _NOT_ACTIONS
 
     def unreadable_action(self, event: ServerSentEvent) -> str | None:

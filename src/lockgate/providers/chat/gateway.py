@@ -29,8 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, suffix_target
-from ...jsonlimits import parse_event
+from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, suffix_target
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
@@ -44,13 +43,6 @@ KEEPALIVE = b": lockgate keep-alive\n\n"
 _FINISH = re.compile(rb'"finish_reason"\s*:(?!\s*null)')
 _LEGACY = b'"function_call"'
 _ESCAPE = b"\\u"  # a key may be spelled with escapes: then the data is parsed
-
-
-def _parsed(data: bytes) -> object:
-    try:
-        return parse_event(data)
-    except ValueError:
-        return None
 
 
 def _choices(payload: object) -> list[dict[str, Any]]:
@@ -97,7 +89,9 @@ class ChatGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        return declared_tools(request, _function_tool, validate_schemas=validate_schemas)
+        return declared_tools(
+            request.get("tools"), _function_tool, validate_schemas=validate_schemas
+        )
 
     def new_decoder(self) -> ChatDecoder:
         return ChatDecoder()
@@ -108,13 +102,15 @@ class ChatGateway:
             return True  # a finish: only the end marker may confirm it
         if _ESCAPE not in data:
             return False  # the fast path: no key can hide behind an escape
-        return any(choice.get("finish_reason") is not None for choice in _choices(_parsed(data)))
+        return any(
+            choice.get("finish_reason") is not None for choice in _choices(event_object(event))
+        )
 
     def unreadable_action(self, event: ServerSentEvent) -> str | None:
         data = event.data
         if _LEGACY not in data and _ESCAPE not in data:
             return None
-        for choice in _choices(_parsed(data)):
+        for choice in _choices(event_object(event)):
             for field in ("delta", "message"):
                 part = choice.get(field)
                 if type(part) is dict and part.get("function_call") is not None:

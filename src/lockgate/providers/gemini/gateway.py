@@ -35,8 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tool
-from ...jsonlimits import parse_event
+from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from .decoder import GeminiDecoder
@@ -162,27 +161,15 @@ class GeminiGateway:
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
-        found: list[ToolSpec] = []
-        for declaration in _declarations(request):
-            schema = _field(declaration, "parametersJsonSchema", "parameters_json_schema")
-            if schema is None:
-                openapi = declaration.get("parameters")
-                schema = None if openapi is None else json_schema(openapi)
-            spec = declared_tool(
-                declaration.get("name"),
-                declaration.get("description"),
-                schema,
-                validate_schemas=validate_schemas,
-            )
-            if spec is not None:
-                found.append(spec)
-        return tuple(found)
+        return declared_tools(
+            _declarations(request), _declared_fields, validate_schemas=validate_schemas
+        )
 
     def new_decoder(self) -> GeminiDecoder:
         return GeminiDecoder()
 
     def begins_hold(self, event: ServerSentEvent) -> bool:
-        payload = _payload(event)
+        payload = event_object(event)
         if payload is None or not set(payload) <= _PREVIEW_CHUNK:
             return True
         candidates = payload.get("candidates")
@@ -209,7 +196,7 @@ class GeminiGateway:
         data = event.data
         if not any(marker in data for marker in _MAYBE_SNAKE_CALL):
             return None
-        payload = _payload(event)
+        payload = event_object(event)
         candidates = payload.get("candidates") if payload is not None else None
         for candidate in candidates if type(candidates) is list else ():
             content = candidate.get("content") if type(candidate) is dict else None
@@ -223,7 +210,7 @@ class GeminiGateway:
         return None
 
     def is_finish(self, event: ServerSentEvent) -> bool:
-        payload = _payload(event)
+        payload = event_object(event)
         candidates = payload.get("candidates") if payload is not None else None
         if type(candidates) is not list:
             return payload is None
@@ -251,14 +238,6 @@ class GeminiGateway:
         return _frame(_error(refusal))
 
 
-def _payload(event: ServerSentEvent) -> dict[str, Any] | None:
-    try:
-        payload = parse_event(event.data)
-    except ValueError:
-        return None
-    return payload if type(payload) is dict else None
-
-
 def _field(mapping: Mapping[str, Any], *names: str) -> Any:
     """The first of `names` (the API's lowerCamelCase, or its snake_case) that is given."""
     for name in names:
@@ -279,6 +258,16 @@ def _declarations(request: Mapping[str, Any]) -> list[dict[str, Any]]:
         if isinstance(declared, list):
             found.extend(entry for entry in declared if isinstance(entry, dict))
     return found
+
+
+def _declared_fields(declaration: dict[str, Any]) -> tuple[object, object, object]:
+    """A function declaration's name, description and schema: `parametersJsonSchema` as it
+    is, else `parameters` as the JSON Schema it means."""
+    schema = _field(declaration, "parametersJsonSchema", "parameters_json_schema")
+    if schema is None:
+        openapi = declaration.get("parameters")
+        schema = None if openapi is None else json_schema(openapi)
+    return declaration.get("name"), declaration.get("description"), schema
 
 
 def json_schema(openapi: object, depth: int = 0) -> object:

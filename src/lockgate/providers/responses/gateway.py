@@ -46,8 +46,7 @@ from typing import Any
 
 from ...conversation import ToolSpec
 from ...events import CALL_CUSTOM
-from ...gateway import ProtocolTarget, Refusal, declared_tool, suffix_target
-from ...jsonlimits import parse_event
+from ...gateway import ProtocolTarget, Refusal, declared_tool, event_object, suffix_target
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
@@ -87,14 +86,6 @@ _TERMINALS = {
     "incomplete": "response.incomplete",
     "failed": "response.failed",
 }
-
-
-def _payload(event: ServerSentEvent) -> dict[str, Any] | None:
-    try:
-        payload = parse_event(event.data)
-    except ValueError:
-        return None
-    return payload if type(payload) is dict else None
 
 
 class ResponsesGateway:
@@ -140,7 +131,7 @@ class ResponsesGateway:
     def begins_hold(self, event: ServerSentEvent) -> bool:
         name = event.event
         if name is None:  # a data-only gateway: the type is in the data
-            payload = _payload(event)
+            payload = event_object(event)
             if payload is None:
                 return True
             kind = payload.get("type")
@@ -150,7 +141,7 @@ class ResponsesGateway:
         elif name not in _ITEM_EVENTS:
             return True
         else:
-            payload = _payload(event)
+            payload = event_object(event)
         if name in _PREVIEW:
             return False
         if name not in _ITEM_EVENTS or payload is None:
@@ -228,7 +219,7 @@ def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
 
 def _response_id(event: ServerSentEvent | None) -> str | None:
     """The response's id, where the last event forwarded states it (`response.*`)."""
-    payload = None if event is None else _payload(event)
+    payload = None if event is None else event_object(event)
     response = None if payload is None else payload.get("response")
     found = response.get("id") if type(response) is dict else None
     return found if type(found) is str and found else None
@@ -237,7 +228,7 @@ def _response_id(event: ServerSentEvent | None) -> str | None:
 def _sequence_number(event: ServerSentEvent | None) -> int | None:
     if event is None:
         return None
-    payload = _payload(event)
+    payload = event_object(event)
     number = None if payload is None else payload.get("sequence_number")
     return number if type(number) is int and number >= 0 else None
 

@@ -47,6 +47,14 @@ def _usage_object(usage: ReplyUsage) -> dict[str, Any]:
     }
 
 
+# A call item whose text streams in fragments, by its type: the item's field for the text,
+# and the prefix of its `.delta` / `.done` events.
+_STREAMED_CALLS = {
+    "function_call": ("arguments", "response.function_call_arguments"),
+    "custom_tool_call": ("input", "response.custom_tool_call_input"),
+}
+
+
 class ResponseBuilder:
     """Authors a realistic Responses event stream."""
 
@@ -165,37 +173,8 @@ class ResponseBuilder:
         """A function call item (in a tool `namespace`, if given); with `finish=False` the
         stream stops mid-arguments."""
         text = argument_text(arguments)
-        index = len(self.output)
-        base = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name}
-        if namespace is not None:
-            base["namespace"] = namespace
-        added = {**base, "status": "in_progress", "arguments": ""}
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        sent = argument_pieces(text, pieces, cut=not finish)
-        for piece in sent:
-            self._emit(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": item_id,
-                    "output_index": index,
-                    "delta": piece,
-                }
-            )
-        if not finish:
-            return self
-        self._emit(
-            {
-                "type": "response.function_call_arguments.done",
-                "item_id": item_id,
-                "output_index": index,
-                "name": name,
-                "arguments": text,
-            }
-        )
-        item = {**base, "status": status, "arguments": text}
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
+        return self._streamed_call(
+            "function_call", item_id, call_id, name, text, pieces, finish, status, namespace
         )
 
     def custom_call(
@@ -211,19 +190,39 @@ class ResponseBuilder:
     ) -> ResponseBuilder:
         """A custom (free-form) tool call item: its input streamed in pieces, then done; with
         `finish=False` the stream stops mid-input."""
+        return self._streamed_call(
+            "custom_tool_call", item_id, call_id, name, text, pieces, finish, "completed", namespace
+        )
+
+    def _streamed_call(
+        self,
+        kind: str,
+        item_id: str,
+        call_id: str,
+        name: str,
+        text: str,
+        pieces: int,
+        finish: bool,
+        status: str,
+        namespace: str | None,
+    ) -> ResponseBuilder:
+        """A call item whose text (`_STREAMED_CALLS`) streams in pieces: added, its
+        fragments, then (unless cut) its text's `.done` and the item's."""
+        field, events = _STREAMED_CALLS[kind]
         index = len(self.output)
-        base = {"id": item_id, "type": "custom_tool_call", "call_id": call_id, "name": name}
+        base = {"id": item_id, "type": kind, "call_id": call_id, "name": name}
         if namespace is not None:
             base["namespace"] = namespace
-        added = {**base, "status": "in_progress", "input": ""}
+        added = {**base, "status": "in_progress", field: ""}
         self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
         where = {"item_id": item_id, "output_index": index}
         for piece in argument_pieces(text, pieces, cut=not finish):
-            self._emit({"type": "response.custom_tool_call_input.delta", **where, "delta": piece})
+            self._emit({"type": f"{events}.delta", **where, "delta": piece})
         if not finish:
             return self
-        self._emit({"type": "response.custom_tool_call_input.done", **where, "input": text})
-        item = {**base, "status": "completed", "input": text}
+        named = {"name": name} if kind == "function_call" else {}  # a custom call's is not
+        self._emit({"type": f"{events}.done", **where, **named, field: text})
+        item = {**base, "status": status, field: text}
         self.output.append(item)
         return self._emit(
             {"type": "response.output_item.done", "output_index": index, "item": item}
@@ -381,39 +380,32 @@ class _Reply:
 
     def call(self, part: Call, number: int) -> None:
         item_id = f"fc_{self._suffix}_{number}"
-        if part.cut:
-            self._cut_item(item_id, "function_call", part, {"arguments": part.sent_argument_text})
-        self.builder.call(
-            item_id,
-            part.call_id,
-            part.name,
-            part.argument_text,
-            part.pieces,
-            finish=not part.cut,
-            namespace=part.namespace or None,
-        )
+        self._call(item_id, "function_call", part, part.argument_text, part.sent_argument_text)
 
     def custom_call(self, part: CustomCall, number: int) -> None:
         item_id = f"ctc_{self._suffix}_{number}"
+        self._call(item_id, "custom_tool_call", part, part.input, part.sent_input)
+
+    def _call(self, item_id: str, kind: str, part: Call | CustomCall, text: str, sent: str) -> None:
+        """A call item of `kind` (`_STREAMED_CALLS`), its text streamed; a cut one's item
+        also kept as the whole response states it (`sent`: the text sent before the cut)."""
         if part.cut:
-            self._cut_item(item_id, "custom_tool_call", part, {"input": part.sent_input})
-        self.builder.custom_call(
+            item = {"id": item_id, "type": kind, "call_id": part.call_id, "name": part.name}
+            if part.namespace:
+                item["namespace"] = part.namespace
+            field = _STREAMED_CALLS[kind][0]
+            self.cut_items.append({**item, field: sent, "status": "incomplete"})
+        self.builder._streamed_call(
+            kind,
             item_id,
             part.call_id,
             part.name,
-            part.input,
+            text,
             part.pieces,
-            finish=not part.cut,
-            namespace=part.namespace or None,
+            not part.cut,
+            "completed",
+            part.namespace or None,
         )
-
-    def _cut_item(
-        self, item_id: str, kind: str, part: Call | CustomCall, sent: dict[str, str]
-    ) -> None:
-        item = {"id": item_id, "type": kind, "call_id": part.call_id, "name": part.name}
-        if part.namespace:
-            item["namespace"] = part.namespace
-        self.cut_items.append({**item, **sent, "status": "incomplete"})
 
     def shell_call(self, part: ShellCall, number: int) -> None:
         self.builder.shell_call(f"sh_{self._suffix}_{number}", part.call_id, list(part.commands))
