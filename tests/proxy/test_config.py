@@ -37,6 +37,7 @@ routes:
     key: {file: KEYFILE, header: authorization}
     hold: terminal
     limits: {max_calls: 16}
+    retries: {attempts: 1}
     fallbacks:
       - {upstream: https://backup.example, model: gpt-backup}
   - name: gemini               # Gemini CLI
@@ -120,6 +121,63 @@ def test_a_team_config_reads_as_its_routes(tmp_path: Path) -> None:
     ],
 )
 def test_every_error_is_one_line_naming_the_line_and_the_key(text: str, line: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        settings_from_text(text, "c.yaml")
+    message = str(raised.value)
+    assert message.startswith(line), message
+    assert "\n" not in message
+
+
+_ROUTE = "routes:\n  - name: a\n    upstream: http://x\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("listen: {host: 7}\n" + _ROUTE, "c.yaml:1: listen.host: must be a string"),
+        ("allow_remote: maybe\n" + _ROUTE, "c.yaml:1: allow_remote: must be true or false"),
+        ("client_token: {path: x}\n" + _ROUTE, "c.yaml:1: client_token.path: unknown key"),
+        ('allow_hosts: ["bad host!"]\n' + _ROUTE, "c.yaml:1: allow_hosts[0]: not a host name"),
+        ("key_on_any_path: 3\n" + _ROUTE, "c.yaml:1: key_on_any_path: must be true or false"),
+        ("max_streams: 0\n" + _ROUTE, "c.yaml:1: max_streams: must be at least 1"),
+        ("max_request_bytes: -5\n" + _ROUTE, "c.yaml:1: max_request_bytes: must be at least 1"),
+        ("max_held_bytes: 0\n" + _ROUTE, "c.yaml:1: max_held_bytes: must be at least 1"),
+        ("grace_seconds: -1\n" + _ROUTE, "c.yaml:1: grace_seconds: must be a positive number"),
+        ("head_timeout: 0\n" + _ROUTE, "c.yaml:1: head_timeout: must be a positive number"),
+        ("metrics: yes please\n" + _ROUTE, "c.yaml:1: metrics: must be true or false"),
+        ("routes:\n  - name: 'A B'\n    upstream: http://x\n", "c.yaml:2: routes[0].name:"),
+        (_ROUTE + "    prefix: nope\n", "c.yaml:4: routes[0].prefix: must be a path like"),
+        (_ROUTE + "    key: {env: K, file: /x}\n", "c.yaml:4: routes[0].key: give exactly one"),
+        (_ROUTE + "    model: 5\n", "c.yaml:4: routes[0].model: must be a string"),
+        (_ROUTE + "    hold: always\n", "c.yaml:4: routes[0].hold: must be one of tools, terminal"),
+        (_ROUTE + "    validate_schemas: 2\n", "c.yaml:4: routes[0].validate_schemas: must be"),
+        (_ROUTE + "    idle_timeout: 0\n", "c.yaml:4: routes[0].idle_timeout: must be a positive"),
+        (_ROUTE + "    keepalive: -1\n", "c.yaml:4: routes[0].keepalive: must be a positive"),
+        (_ROUTE + "    max_held_bytes: 0\n", "c.yaml:4: routes[0].max_held_bytes: must be at"),
+        (_ROUTE + "    limits: {max_calls: 0}\n", "c.yaml:4: routes[0].limits.max_calls: must"),
+        (_ROUTE + "    limits: {max_tools: 3}\n", "c.yaml:4: routes[0].limits.max_tools: unknown"),
+        (_ROUTE + "    retries: {attempts: -1}\n", "c.yaml:4: routes[0].retries.attempts: must"),
+        (
+            _ROUTE + "    retries: {attempts: 1, max_wait: -1}\n",
+            "c.yaml:4: routes[0].retries.max_wait: must be a positive",
+        ),
+        (
+            _ROUTE + "    retries: {attempts: 1}\n    fallbacks: [{upstream: 'ftp://y'}]\n",
+            "c.yaml:5: routes[0].fallbacks[0].upstream: 'ftp://y' is not an http(s) URL",
+        ),
+        (
+            _ROUTE
+            + "    retries: {attempts: 1}\n    fallbacks: [{upstream: 'http://y', model: 3}]\n",
+            "c.yaml:5: routes[0].fallbacks[0].model: must be a string",
+        ),
+        (
+            _ROUTE + "    fallbacks: [{upstream: 'http://y'}]\n",
+            "c.yaml:4: routes[0].fallbacks: a fall-back is only tried by a retry",
+        ),
+    ],
+    ids=lambda value: value.split(":")[2].strip() if value.startswith("c.yaml") else None,
+)
+def test_every_key_says_what_is_wrong_with_its_value(text: str, line: str) -> None:
     with pytest.raises(ConfigError) as raised:
         settings_from_text(text, "c.yaml")
     message = str(raised.value)

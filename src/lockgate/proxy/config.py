@@ -610,6 +610,11 @@ def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
             if "upstream" not in fields:
                 raise reader.error(item, "upstream is required")
             fallbacks.append(_upstream(reader, fields))
+        if fallbacks and not retries.attempts:
+            raise reader.error(
+                entries["fallbacks"],
+                "a fall-back is only tried by a retry: set retries.attempts to 1 or more",
+            )
     return RouteSettings(name, prefix, upstream, gating, retries, tuple(fallbacks))
 
 
