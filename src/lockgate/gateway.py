@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -125,6 +125,18 @@ class Gateway(Protocol):
     def key_header(self) -> str:
         """The header this protocol's requests carry their key in: `authorization` (as
         `Bearer KEY`), `x-api-key`, `x-goog-api-key` …"""
+        ...
+
+    @property
+    def keyed_paths(self) -> tuple[str, ...]:
+        """How the paths of this protocol's other `POST`s that need the key end (counting or
+        compacting a model request's tokens): a proxy holding a key sends it with them."""
+        ...
+
+    def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
+        """Why a request of this protocol that is no protocol request cannot pass (its
+        answer may carry calls the proxy cannot judge), or None: a proxy refuses it with
+        400 and this reason. `query`: every value of each of its names."""
         ...
 
     def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:

@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping
 
 from .routes import takes_held_key
 
-__all__ = ["TOKEN_HEADER", "Access", "host_name_problem", "quoted"]
+__all__ = ["KEY_HEADERS", "TOKEN_HEADER", "Access", "host_name_problem", "quoted"]
 
 TOKEN_HEADER = "x-lockgate-token"
-# Where a client may show the token, besides its own header, when the proxy holds the key.
-_KEY_HEADERS = ("x-api-key", "api-key", "x-goog-api-key")
+# Where clients put an API key besides `Authorization` (Anthropic, Azure, Gemini): where a
+# client may show the token, besides its own header, when the proxy holds the key.
+KEY_HEADERS = ("x-api-key", "api-key", "x-goog-api-key")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
@@ -75,7 +76,7 @@ class Access:
             scheme, _, value = headers.get("authorization", "").partition(" ")
             if scheme.lower() == "bearer":
                 offered.append(value.strip())
-            offered.extend(headers.get(name) for name in _KEY_HEADERS)
+            offered.extend(headers.get(name) for name in KEY_HEADERS)
             offered.append(query.get("key"))
         token = self.token
         return any(

@@ -13,14 +13,14 @@ as the Chat route it is. A path the upstream could route differently from the pr
 encoded `/` or `\\`, a dot segment, an empty segment, a `;`, a gated route in other
 letter case) is refused instead (`PathProblem`). Two more rules decide what the proxy serves
 at all: the key it holds goes only with model requests, model listings and token counts
-(`takes_held_key`), and a resumed Responses stream, whose request's tools the proxy never
-saw, is refused (`resumes_response_stream`).
+(`takes_held_key`), and a request a protocol says cannot be gated (a resumed Responses
+stream, whose request's tools the proxy never saw) is refused (`ungateable`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..gateway import Gateway, ProtocolTarget
@@ -33,9 +33,9 @@ __all__ = [
     "gated_endings",
     "owner",
     "plain_path",
-    "resumes_response_stream",
     "route",
     "takes_held_key",
+    "ungateable",
 ]
 
 
@@ -137,17 +137,13 @@ def plain_path(raw: str) -> str:
 
 # --- what the proxy serves -----------------------------------------------------------------
 
-# Besides the gated routes, the requests the held key goes with: model listings (every SDK,
-# Codex, Claude Code) and the endpoints that count or compact a model request's tokens.
-_KEYED_POSTS = ("/messages/count_tokens", "/responses/input_tokens", "/responses/compact")
-
 
 def takes_held_key(method: str, path: str) -> bool:
     """Whether the key a proxy holds may go with this request (a plain path): a gated
-    protocol request, `GET …/models` or `GET …/models/{id}`, or a `POST` that counts or
-    compacts a model request (`…/messages/count_tokens`, `…/responses/input_tokens`,
-    `…/responses/compact`). Files, batches, stored responses, fine-tunes, an organization's
-    administration: none."""
+    protocol request, `GET …/models` or `GET …/models/{id}` (every SDK, Codex, Claude Code
+    list models), or a `POST` that counts or compacts a model request (each protocol's
+    `Gateway.keyed_paths`). Files, batches, stored responses, fine-tunes, an
+    organization's administration: none."""
     if route(method, path) is not None:
         return True
     trimmed = path.rstrip("/")
@@ -155,16 +151,16 @@ def takes_held_key(method: str, path: str) -> bool:
     if method == "GET":
         segments = trimmed.split("/")
         return segments[-1] == "models" or (len(segments) > 2 and segments[-2] == "models")
-    return method == "POST" and trimmed.endswith(_KEYED_POSTS)
+    return method == "POST" and any(
+        trimmed.endswith(gateway.keyed_paths) for _, gateway in _gateways()
+    )
 
 
-def resumes_response_stream(method: str, path: str, stream_values: Iterable[str]) -> bool:
-    """Whether a request resumes a Responses stream (`GET …/responses/{id}?stream=true`,
-    `starting_after` or not): its events may carry calls, and the proxy never saw the
-    request that named their tools. `stream_values` are the query's `stream` values."""
-    if method.upper() != "GET":
-        return False
-    segments = path.rstrip("/").split("/")
-    if len(segments) < 3 or segments[-2] != "responses" or not segments[-1]:
-        return False
-    return any(value.strip().lower() not in ("", "0", "false") for value in stream_values)
+def ungateable(method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
+    """Why a request the proxy would pass cannot be (a protocol's `Gateway.ungateable`:
+    resuming a Responses stream, whose request's tools the proxy never saw), or None."""
+    for _, gateway in _gateways():
+        reason = gateway.ungateable(method, path, query)
+        if reason is not None:
+            return reason
+    return None

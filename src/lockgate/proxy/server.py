@@ -82,7 +82,7 @@ from .flow import (
     notify_done,
     notify_started,
 )
-from .routes import PathProblem, Routed, owner, plain_path, resumes_response_stream, route
+from .routes import PathProblem, Routed, owner, plain_path, route, ungateable
 from .upstream import open_session, upstream_timeout
 
 __all__ = [
@@ -433,14 +433,13 @@ class ProxyServer:
             )
             if problem is not None:
                 return 403, problem
-        if resumes_response_stream(
-            request.method, forwarded, request.rel_url.query.getall("stream", [])
-        ):
-            return 400, (
-                "resuming a response stream (GET …/responses/{id}?stream=true) cannot be "
-                "gated: the proxy never saw the request that named its tools; stream the "
-                "response from its POST instead"
+        if routed is None:
+            values = request.rel_url.query
+            reason = ungateable(
+                request.method, forwarded, {name: values.getall(name) for name in values}
             )
+            if reason is not None:
+                return 400, reason
         if self.active >= self.settings.max_streams:
             return 503, f"the proxy is at its limit of {self.settings.max_streams} requests"
         return None

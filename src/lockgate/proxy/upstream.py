@@ -25,7 +25,7 @@ from ..cassette.recorder import Exchange
 from ..credentials import Redactor
 from ..gateway import HOP_BY_HOP
 from ..http import describe
-from .access import TOKEN_HEADER, quoted
+from .access import KEY_HEADERS, TOKEN_HEADER, quoted
 from .engine import forwarded_headers
 
 __all__ = [
@@ -49,7 +49,7 @@ READ_MARGIN_SECONDS = 1.0  # the socket's read timeout is this much beyond the e
 # itself (host, length, the encodings it can decode), and the proxy's own token.
 _NOT_SENT = HOP_BY_HOP | {"host", "content-length", "accept-encoding", "expect", TOKEN_HEADER}
 # The client's credentials, replaced when the proxy holds the key.
-CREDENTIALS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+CREDENTIALS = frozenset({"authorization", *KEY_HEADERS})
 # The content encodings aiohttp decodes (a request's body, an upstream's answer); br and
 # zstd only with their optional packages, else aiohttp refuses them.
 _DECODED_ENCODINGS = frozenset({"gzip", "deflate", "br", "zstd"})

@@ -30,7 +30,7 @@ error the `anthropic` SDK raises on.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
@@ -86,6 +86,11 @@ class AnthropicGateway:
         return request.get("stream") is True
 
     key_header = "x-api-key"
+
+    keyed_paths = ("/messages/count_tokens",)
+
+    def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
+        return None
 
     def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         # Every Anthropic SDK request carries `anthropic-version`; its paths have `messages`.

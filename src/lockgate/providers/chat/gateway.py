@@ -25,7 +25,7 @@ a native `POST /chat/completions` body, and the stream error the `openai` SDK ra
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
@@ -64,6 +64,11 @@ class ChatGateway:
         return request.get("stream") is True
 
     key_header = "authorization"
+
+    keyed_paths: tuple[str, ...] = ()
+
+    def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
+        return None
 
     def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         return True  # OpenAI's form is the default for what no other protocol claims

@@ -31,7 +31,7 @@ and the error google-genai and Gemini CLI raise on.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
@@ -128,6 +128,11 @@ class GeminiGateway:
         return target.stream is True  # the path says it: the body has no `stream`
 
     key_header = "x-goog-api-key"
+
+    keyed_paths: tuple[str, ...] = ()
+
+    def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
+        return None
 
     def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         # google-genai and Gemini CLI send `x-goog-api-key` (or `key=`) and `x-goog-api-client`.

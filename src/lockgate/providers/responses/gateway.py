@@ -41,7 +41,7 @@ the `openai` SDK raises on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
@@ -100,6 +100,26 @@ class ResponsesGateway:
         return request.get("stream") is True
 
     key_header = "authorization"
+
+    keyed_paths = ("/responses/input_tokens", "/responses/compact")
+
+    def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
+        """Resuming a response stream (`GET …/responses/{id}?stream=true`, `starting_after`
+        or not): its events may carry calls, and the proxy never saw the request that
+        named their tools."""
+        if method.upper() != "GET":
+            return None
+        segments = path.rstrip("/").split("/")
+        if len(segments) < 3 or segments[-2] != "responses" or not segments[-1]:
+            return None
+        values = query.get("stream", ())
+        if not any(value.strip().lower() not in ("", "0", "false") for value in values):
+            return None
+        return (
+            "resuming a response stream (GET …/responses/{id}?stream=true) cannot be "
+            "gated: the proxy never saw the request that named its tools; stream the "
+            "response from its POST instead"
+        )
 
     def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         return True  # OpenAI's form is the default for what no other protocol claims
