@@ -738,7 +738,9 @@ def read_genai_node(chunks: Chunks) -> list[ReadEvent]:
     of the body); a read that parses as JSON holding `error` with a `code` from 400 to 599
     throws `ApiError` (the reading stops); every read is appended to a buffer, and while
     the buffer's START matches `responseLineRE` (white space, `data: `, the rest of ONE
-    line, a blank line) the line's text is a chunk and is cut off. Nothing else is ever
+    line, a blank line) the line's text is a chunk and is cut off (an `ApiError` carries
+    the error object: the client reads it, as the others read the error event). Nothing
+    else is ever
     read: a buffer that starts otherwise (a comment, an `event:` line, `data:` without its
     space) matches no more, and the body's end then throws. Each chunk is `JSON.parse`d
     by `generateContentStreamInternal` (a failure throws: the reading stops); an `error`
@@ -760,7 +762,7 @@ def read_genai_node(chunks: Chunks) -> list[ReadEvent]:
             error = whole["error"]
             code = error.get("code") if isinstance(error, dict) else None
             if isinstance(code, int | float) and 400 <= code < 600:
-                return events
+                return [*events, ReadEvent(None, json.dumps(whole))]
         buffer += text
         while (match := _RESPONSE_LINE.match(buffer)) is not None:
             data = match.group(1)

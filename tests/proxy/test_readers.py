@@ -55,6 +55,7 @@ from .readers import (
     calls_seen,
     evil_data,
     read_anthropic_node,
+    read_genai_node,
     read_json_lines,
     read_lockgate,
     read_openai_node,
@@ -508,3 +509,12 @@ def test_an_upstream_id_line_then_a_comment_breaks_no_official_sdk(provider: str
     result = gated(provider, upstream)
     assert isinstance(result.outcome, Accepted)
     assert run(sdk_reads(provider, result.output)) == []
+
+
+def test_the_node_gemini_client_reads_the_error_it_raises_on() -> None:
+    # @google/genai parses each read whole; a read that is exactly the refusal's JSON (the
+    # stream cut after `data:`) raises ApiError with it: the client read the refusal, as
+    # every other reader does (hypothesis found the cut; it was counted a disagreement).
+    error = {"error": {"code": 400, "message": "lockgate withheld 1 tool call"}}
+    chunks = [b"data:", b" " + json.dumps(error).encode() + b"\n\n"]
+    assert [json.loads(event.data) for event in read_genai_node(chunks)] == [error]
