@@ -71,6 +71,10 @@ class HostileResponder:
             script_calls = (calls.run, calls.invalid)
         elif outcome is Outcome.SECOND_CALL_UNKNOWN:
             script_calls = (calls.run, calls.undeclared)
+        elif outcome is Outcome.SECOND_CALL_UNGRAMMATICAL:
+            if calls.ungrammatical is None:
+                case = f"{case} (no grammar: the invalid call)"
+            script_calls = (calls.run, calls.ungrammatical or calls.invalid)
         script = Script(
             calls=script_calls,
             cut=outcome is Outcome.EOF_INSIDE_ARGS,

@@ -17,6 +17,13 @@ arguments. What follows the call decides the outcome:
 - `output-limit`: the terminal says the output-token limit was reached;
 - `stall`: nothing more: the connection stays open and silent until the client leaves.
 
+One more break, in a group of its own (`grammar`), for an agent whose shell is a custom tool
+with a declared grammar (Codex's default model and its `exec`):
+
+- `second-call-ungrammatical`: a second call to the shell whose input its grammar refuses
+  (empty), then the terminal success. An agent without such a shell gets the
+  `second-call-invalid` batch instead, labelled so.
+
 An agent "ran a broken response" when the marker exists after any of the eight breaks: it
 acted on a response that was not complete, or on a batch that was not wholly valid.
 
@@ -47,6 +54,7 @@ class Outcome(enum.Enum):
     RESET = "reset"
     SECOND_CALL_INVALID = "second-call-invalid"
     SECOND_CALL_UNKNOWN = "second-call-unknown"
+    SECOND_CALL_UNGRAMMATICAL = "second-call-ungrammatical"
     IN_STREAM_ERROR = "in-stream-error"
     OUTPUT_LIMIT = "output-limit"
     STALL = "stall"
@@ -65,7 +73,12 @@ class Outcome(enum.Enum):
         """How the body's events end."""
         if self.opening is not None:
             return Terminal.SUCCESS  # the answer after the fault is the complete one
-        if self in (Outcome.COMPLETE, Outcome.SECOND_CALL_INVALID, Outcome.SECOND_CALL_UNKNOWN):
+        if self in (
+            Outcome.COMPLETE,
+            Outcome.SECOND_CALL_INVALID,
+            Outcome.SECOND_CALL_UNKNOWN,
+            Outcome.SECOND_CALL_UNGRAMMATICAL,
+        ):
             return Terminal.SUCCESS
         if self is Outcome.IN_STREAM_ERROR:
             return Terminal.ERROR
@@ -116,9 +129,12 @@ class Ending(enum.Enum):
 
 OPENING_FAULTS: tuple[Outcome, ...] = tuple(_OPENINGS)
 BREAKS: tuple[Outcome, ...] = tuple(
-    o for o in Outcome if o is not Outcome.COMPLETE and o not in _OPENINGS
+    o
+    for o in Outcome
+    if o not in (Outcome.COMPLETE, Outcome.SECOND_CALL_UNGRAMMATICAL) and o not in _OPENINGS
 )
 GROUPS: dict[str, tuple[Outcome, ...]] = {
     "gate": (Outcome.COMPLETE, *BREAKS),  # the complete response and the eight breaks
     "opening": OPENING_FAULTS,  # the four faults before the first byte, once
+    "grammar": (Outcome.SECOND_CALL_UNGRAMMATICAL,),  # a custom shell's grammar broken
 }

@@ -8,7 +8,8 @@
 Installs the pinned agents (`agents.PACKAGES`) with npm into the cache folder (default
 `~/.cache/lockgate/interop-agents`, or `$LOCKGATE_INTEROP_CACHE`; skipped when they are
 there), then runs every agent x outcome (`complete`, the eight breaks and the four opening
-faults; `--outcomes gate` or `opening` for one group) x path: `direct` (the agent talks to
+faults; `--outcomes gate`, `opening` or `grammar` (a Codex custom shell's grammar broken)
+for one group) x path: `direct` (the agent talks to
 the hostile server) and `proxy` (`lockgate proxy --upstream SERVER`, its default flags plus
 `--proxy-args`, in between). Each run has its own server, its own proxy, its own temporary
 HOME and work folder, a placeholder key, and a timeout; the agent's process group is killed
@@ -502,10 +503,14 @@ def _ran_label(result: RunResult | None) -> str:
     return label + (" (t)" if result.timed_out else "")
 
 
+# the breaks a table counts: the eight of the `gate` group and, where it was run, the grammar
+TABLED_BREAKS = (*BREAKS, Outcome.SECOND_CALL_UNGRAMMATICAL)
+
+
 def summary_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
     """Per agent and path: the broken responses that ran the command, and the complete one
     (the opening faults have their own table)."""
-    breaks = {o.value for o in BREAKS}
+    breaks = {o.value for o in TABLED_BREAKS}
     lines = [
         "| agent | path | broken responses that ran the command | which | complete response |",
         "| --- | --- | --- | --- | --- |",
@@ -535,7 +540,9 @@ def outcome_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
     """Every run of the complete response and the breaks: RAN (the marker exists) or -, (t)
     when the agent ran out of time."""
     outcomes = [
-        o.value for o in (Outcome.COMPLETE, *BREAKS) if any(r.outcome == o.value for r in results)
+        o.value
+        for o in (Outcome.COMPLETE, *TABLED_BREAKS)
+        if any(r.outcome == o.value for r in results)
     ]
     if not outcomes:
         return ""

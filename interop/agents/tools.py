@@ -44,6 +44,7 @@ class DeclaredTool:
     custom: bool  # a Responses custom (freeform) tool
     namespace: str | None
     schema: object  # its parameters' schema (None for a custom tool)
+    grammar: bool = False  # a custom tool whose `format` is a grammar (lark or regex)
 
     def required(self) -> list[str]:
         if not isinstance(self.schema, dict):
@@ -65,7 +66,9 @@ def _responses_tools(entries: object, namespace: str | None = None) -> Iterator[
         elif kind == "function" and isinstance(name, str):
             yield DeclaredTool(name, False, namespace, entry.get("parameters"))
         elif kind == "custom" and isinstance(name, str):
-            yield DeclaredTool(name, True, namespace, None)
+            form = entry.get("format")
+            grammar = isinstance(form, dict) and form.get("type") == "grammar"
+            yield DeclaredTool(name, True, namespace, None, grammar)
 
 
 def declared_tools(protocol: str, body: dict[str, Any]) -> list[DeclaredTool]:
@@ -144,6 +147,9 @@ class ShellCalls:
     run: Call  # the valid call that creates the marker
     invalid: Call  # a declared tool called without a required argument
     undeclared: Call  # a tool the request did not declare
+    # the custom shell called with an input its declared grammar refuses (empty: Codex's
+    # `exec` grammar needs at least one character); None when the shell declares no grammar
+    ungrammatical: Call | None = None
 
 
 def _arguments(shell: DeclaredTool, command: str) -> str | None:
@@ -212,4 +218,6 @@ def shell_calls(
             invalid_tool = candidates[0]
     invalid = _call(invalid_tool, "" if invalid_tool.custom else "{}", functions_namespace)
     undeclared = Call(UNDECLARED_TOOL, json.dumps({"path": "README.md"}))
-    return ShellCalls(shell, _call(shell, arguments, functions_namespace), invalid, undeclared)
+    ungrammatical = _call(shell, "", functions_namespace) if shell.grammar else None
+    run = _call(shell, arguments, functions_namespace)
+    return ShellCalls(shell, run, invalid, undeclared, ungrammatical)
