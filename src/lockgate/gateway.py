@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from .codec import StreamDecoder
 from .conversation import ToolSpec
-from .events import CALL_FUNCTION
+from .events import CALL_CUSTOM, CALL_FUNCTION
+from .grammar import InputFormat, input_format
 from .jsonlimits import parse_event
 from .sse import ServerSentEvent
 
@@ -222,10 +223,13 @@ class Gateway(Protocol):
 class DeclaredTool(ToolSpec):
     """A tool as a request declares it: its name and schema are the request's own, taken
     as they are (the provider validates its requests; lockgate only judges the calls).
-    `schema_problem`: why the schema it declares is not one the gate can validate with
-    (its calls are then checked as a JSON object only), or None."""
+    `schema_problem`: why the schema (a custom tool: the input format) it declares is not
+    one the gate can validate with (its calls are then checked as a JSON object only; a
+    custom tool's input is then any text), or None. `grammar`: the grammar a custom tool's
+    input must be a sentence of (`grammar.input_format`), or None for any text."""
 
     schema_problem: str | None = None
+    grammar: InputFormat | None = None
 
     def __post_init__(self) -> None:
         pass
@@ -297,16 +301,22 @@ def declared_tool(
     validate_schemas: bool,
     namespace: str = "",
     form: str = CALL_FUNCTION,
+    input_format_declared: object = None,
 ) -> ToolSpec | None:
     """The `ToolSpec` of one declared tool (None when it has no name). Its schema is used
     when `validate_schemas` is asked and it is usable; otherwise a permissive one (a
     custom or built-in tool's calls carry no JSON Schema'd object: always permissive). A
     declared schema the gate cannot use is named in `DeclaredTool.schema_problem`, and that
     tool's calls are checked as a JSON object only: one unusable schema does not refuse
-    every response."""
+    every response. A custom tool's declared `format` (`input_format_declared`) is checked
+    alike, with `validate_schemas`: a usable grammar is its `DeclaredTool.grammar`, an
+    unusable one its `schema_problem` (its input is then any text)."""
     if not isinstance(name, str) or not name:
         return None
     text = description if isinstance(description, str) else ""
+    if form == CALL_CUSTOM and validate_schemas:
+        grammar, problem = input_format(input_format_declared)
+        return DeclaredTool(name, text, _permissive(None), namespace, form, problem, grammar)
     if form != CALL_FUNCTION or not validate_schemas or schema is None:
         return DeclaredTool(name, text, _permissive(schema), namespace, form)
     problem = schema_problem(schema)
