@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jsonschema import Draft202012Validator
-
 from .conversation import (
     CallPart,
     Message,
@@ -67,6 +65,7 @@ from .events import (
 )
 from .grammar import GrammarCheck, InputFormat, grammar_check
 from .jsonlimits import MAX_ARGUMENT_DEPTH, parse_arguments
+from .schemas import schema_validator
 
 __all__ = [
     "CallProblem",
@@ -173,7 +172,7 @@ class ResponseGate:
         # tool, a built-in tool's item type).
         self._tools = {(tool.namespace, tool.name, tool.form): tool for tool in tools}
         self._validators = {
-            key: Draft202012Validator(dict(tool.parameters))
+            key: schema_validator(dict(tool.parameters))
             for key, tool in self._tools.items()
             if tool.form == CALL_FUNCTION
         }

@@ -32,6 +32,7 @@ from .conversation import ToolSpec
 from .events import CALL_CUSTOM, CALL_FUNCTION
 from .grammar import InputFormat, input_format
 from .jsonlimits import parse_event
+from .schemas import unresolvable_reference, validator_class
 from .sse import ServerSentEvent
 
 __all__ = [
@@ -242,8 +243,10 @@ _schema_problems_lock = threading.Lock()  # the library may judge from several t
 
 
 def schema_problem(schema: object) -> str | None:
-    """Why `schema` is no JSON Schema (Draft 2020-12) describing an object that the gate can
-    validate with, or None when it is one.
+    """Why `schema` is no JSON Schema describing an object that the gate can validate with,
+    or None when it is one: valid in its dialect (`schemas.validator_class`: the draft its
+    `$schema` names, else 2020-12 or the older draft its keywords belong to), every `$ref`
+    resolving within it (nothing is retrieved).
 
     Checking a schema against the metaschema costs about 2 ms; a client sends the same
     tools with every request, so the answer is kept per schema (its canonical JSON text, up
@@ -272,15 +275,20 @@ def schema_problem(schema: object) -> str | None:
 
 
 def _check_schema(schema: Mapping[str, Any]) -> str | None:
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
     try:
-        Draft202012Validator.check_schema(dict(schema))
+        validator_class(schema).check_schema(dict(schema))
+        reference = unresolvable_reference(schema)
     except SchemaError as exc:
         return f"not a valid JSON Schema ({exc.message[:200]})"
     except RecursionError:
         return "the schema is nested too deeply"
+    if reference is not None:
+        return (
+            f"its $ref {reference[:200]!r} does not resolve within the schema "
+            "(nothing is retrieved)"
+        )
     return None
 
 
