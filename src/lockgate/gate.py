@@ -172,7 +172,7 @@ class ResponseGate:
         # tool, a built-in tool's item type).
         self._tools = {(tool.namespace, tool.name, tool.form): tool for tool in tools}
         self._validators = {
-            key: schema_validator(dict(tool.parameters))
+            key: schema_validator(dict(tool.parameters), getattr(tool, "dialect", None))
             for key, tool in self._tools.items()
             if tool.form == CALL_FUNCTION
         }

@@ -25,7 +25,7 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .codec import StreamDecoder
 from .conversation import ToolSpec
@@ -34,6 +34,9 @@ from .grammar import InputFormat, input_format
 from .jsonlimits import parse_event
 from .schemas import unresolvable_reference, validator_class
 from .sse import ServerSentEvent
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "HOP_BY_HOP",
@@ -227,10 +230,13 @@ class DeclaredTool(ToolSpec):
     `schema_problem`: why the schema (a custom tool: the input format) it declares is not
     one the gate can validate with (its calls are then checked as a JSON object only; a
     custom tool's input is then any text), or None. `grammar`: the grammar a custom tool's
-    input must be a sentence of (`grammar.input_format`), or None for any text."""
+    input must be a sentence of (`grammar.input_format`), or None for any text. `dialect`:
+    the JSON Schema draft a usable schema is read in (`schemas.validator_class`), kept with
+    the schema's check."""
 
     schema_problem: str | None = None
     grammar: InputFormat | None = None
+    dialect: type[Validator] | None = None  # the draft a usable schema is read in
 
     def __post_init__(self) -> None:
         pass
@@ -238,7 +244,8 @@ class DeclaredTool(ToolSpec):
 
 _SCHEMA_PROBLEMS_KEPT = 256
 _SCHEMA_KEY_CHARS = 65536  # a larger schema is checked every time (the kept ones stay small)
-_schema_problems: dict[str, str | None] = {}
+# Per schema: (why the gate cannot use it or None, the dialect it is read in).
+_schema_problems: dict[str, tuple[str | None, type[Validator] | None]] = {}
 _schema_problems_lock = threading.Lock()  # the library may judge from several threads
 
 
@@ -251,27 +258,41 @@ def schema_problem(schema: object) -> str | None:
     Checking a schema against the metaschema costs about 2 ms; a client sends the same
     tools with every request, so the answer is kept per schema (its canonical JSON text, up
     to `_SCHEMA_KEY_CHARS`; at most `_SCHEMA_PROBLEMS_KEPT`, the earliest kept forgotten first)."""
+    return _schema_verdict(schema)[0]
+
+
+def _schema_verdict(schema: object) -> tuple[str | None, type[Validator] | None]:
+    """`schema_problem`'s answer and the dialect the schema is read in (None: not a JSON
+    object), kept together, so that a gate built per request need not work it out again."""
     if not isinstance(schema, Mapping):
-        return "the schema is not a JSON object"
+        return "the schema is not a JSON object", None
     if schema.get("type", "object") != "object":
-        return "the schema does not describe an object"
+        return "the schema does not describe an object", None
     try:
         key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):  # not JSON (a library caller's values)
-        return _check_schema(schema)
+        return _checked(schema)
     if len(key) > _SCHEMA_KEY_CHARS:
-        return _check_schema(schema)
+        return _checked(schema)
     with _schema_problems_lock:
         if key in _schema_problems:
             return _schema_problems[key]
     # Checked as its key reads back, so that the answer depends on the key alone (a tuple
     # is a JSON array in the key, and no array to jsonschema).
-    problem = _check_schema(json.loads(key))
+    verdict = _checked(json.loads(key))
     with _schema_problems_lock:
         if len(_schema_problems) >= _SCHEMA_PROBLEMS_KEPT:
             del _schema_problems[next(iter(_schema_problems))]
-        _schema_problems[key] = problem
-    return problem
+        _schema_problems[key] = verdict
+    return verdict
+
+
+def _checked(schema: Mapping[str, Any]) -> tuple[str | None, type[Validator] | None]:
+    try:
+        dialect = validator_class(schema)
+    except RecursionError:
+        return "the schema is nested too deeply", None
+    return _check_schema(schema), dialect
 
 
 def _check_schema(schema: Mapping[str, Any]) -> str | None:
@@ -327,11 +348,11 @@ def declared_tool(
         return DeclaredTool(name, text, _permissive(None), namespace, form, problem, grammar)
     if form != CALL_FUNCTION or not validate_schemas or schema is None:
         return DeclaredTool(name, text, _permissive(schema), namespace, form)
-    problem = schema_problem(schema)
+    problem, dialect = _schema_verdict(schema)
     if problem is not None:
         return DeclaredTool(name, text, _permissive(schema), namespace, form, problem)
     assert isinstance(schema, Mapping)
-    return DeclaredTool(name, text, dict(schema), namespace, form)
+    return DeclaredTool(name, text, dict(schema), namespace, form, dialect=dialect)
 
 
 def declared_tools(

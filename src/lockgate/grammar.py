@@ -48,7 +48,7 @@ MAX_DEFINITION_CHARS = 65_536
 MAX_CHECK_SECONDS = 2.0  # an input that takes longer to check is refused (fail closed)
 SYNTAXES = ("lark", "regex")
 _KEPT = 256
-_CHUNK_BYTES = 4096  # the input is fed in pieces of this size, the time checked between them
+_CHUNK_BYTES = 512  # the input is fed in pieces of this size, the time checked between them
 # What in a Lark grammar counts the model's tokens, whose meaning over bytes differs.
 _TOKEN_COUNTING = re.compile(r"max_tokens|<\||<\[")
 

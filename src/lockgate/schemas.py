@@ -63,21 +63,27 @@ _MODERN = frozenset(
 def _subschemas(schema: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
     """Every object in a schema position of `schema` (itself first), data left out."""
     stack: list[object] = [schema]
+    pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
+        node = pop()
+        if type(node) is list:
+            extend(node)
             continue
-        if not isinstance(node, Mapping):
+        if type(node) is not dict and not isinstance(node, Mapping):
             continue
         yield node
         for key, value in node.items():
-            if key in _DATA:
-                continue
-            if key in _MAPS and isinstance(value, Mapping):
-                stack.extend(value.values())
+            kind = type(value)
+            if kind is dict or kind is list:
+                if key in _MAPS and kind is dict:
+                    extend(value.values())
+                elif key not in _DATA:
+                    push(value)
             elif isinstance(value, Mapping | list):
-                stack.append(value)
+                if key in _MAPS and isinstance(value, Mapping):
+                    extend(value.values())
+                elif key not in _DATA:
+                    push(value)
 
 
 def validator_class(schema: Mapping[str, Any]) -> type[Validator]:
@@ -89,24 +95,27 @@ def validator_class(schema: Mapping[str, Any]) -> type[Validator]:
             return known
     legacy = modern = draft4 = False
     for node in _subschemas(schema):
-        if node.keys() & _MODERN:
+        if not modern and not _MODERN.isdisjoint(node):
             modern = True
-        if node.keys() & _LEGACY or isinstance(node.get("items"), list):
+        if not _LEGACY.isdisjoint(node) or type(node.get("items")) is list:
             legacy = True
-        if any(type(node.get(key)) is bool for key in ("exclusiveMinimum", "exclusiveMaximum")):
+        if type(node.get("exclusiveMinimum")) is bool or type(node.get("exclusiveMaximum")) is bool:
             legacy = draft4 = True
     if legacy and not modern:
         return Draft4Validator if draft4 else Draft7Validator
     return Draft202012Validator
 
 
-def schema_validator(schema: Mapping[str, Any]) -> Validator:
-    """The validator of arguments against `schema`, in its dialect; its references resolve
+def schema_validator(
+    schema: Mapping[str, Any], dialect: type[Validator] | None = None
+) -> Validator:
+    """The validator of arguments against `schema`, in its dialect (`dialect`, where it was
+    worked out already: `gateway.DeclaredTool.dialect`); its references resolve
     within the schema and the drafts' metaschemas only (nothing is retrieved: an empty
     registry, which jsonschema combines with the metaschemas, and whose retrieval fails)."""
     from referencing import Registry
 
-    return validator_class(schema)(schema, registry=Registry())
+    return (dialect or validator_class(schema))(schema, registry=Registry())
 
 
 def unresolvable_reference(schema: Mapping[str, Any]) -> str | None:
