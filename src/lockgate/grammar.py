@@ -20,7 +20,9 @@ then accepted as any text, and the proxy says so once.
 
 Each distinct grammar is compiled once (about 1 ms for Codex's) and kept (at most
 `_KEPT`, the earliest forgotten first); a check copies the compiled matcher (under a
-microsecond) and feeds it the input (about 0.5 µs a byte for Codex's `apply_patch`).
+microsecond) and feeds it the input (under 1 µs a byte for Codex's grammars: 16,000
+characters in about 10 ms). A check that takes longer than `MAX_CHECK_SECONDS` refuses the
+input.
 """
 
 from __future__ import annotations
@@ -102,10 +104,10 @@ class GrammarCheck:
         data = text.encode("utf-8", "surrogatepass")
         started = time.monotonic()
         for start in range(0, len(data), _CHUNK_BYTES):
+            if start and time.monotonic() - started > MAX_CHECK_SECONDS:
+                return f"could not be checked against its {self.syntax} grammar in time"
             if not matcher.consume_tokens(list(data[start : start + _CHUNK_BYTES])):
                 return f"does not match its {self.syntax} grammar"
-            if time.monotonic() - started > MAX_CHECK_SECONDS:
-                return f"could not be checked against its {self.syntax} grammar in time"
         if not matcher.is_accepting():
             return f"does not match its {self.syntax} grammar (the input is incomplete)"
         return None

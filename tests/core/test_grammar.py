@@ -194,6 +194,15 @@ def test_each_grammar_is_compiled_once_from_any_thread(monkeypatch: pytest.Monke
     assert len(answers) == 160
 
 
+def test_a_check_that_takes_too_long_refuses_the_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grammar_module, "MAX_CHECK_SECONDS", -1.0)
+    long = "await tools.exec_command({cmd: 'ls'});\n" * 40
+    assert problem("lark", EXEC_GRAMMAR, long) == (
+        "could not be checked against its lark grammar in time"
+    )
+    assert problem("lark", EXEC_GRAMMAR, "ls") is None  # within one piece: checked whole
+
+
 def test_the_kept_grammars_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grammar_module, "_kept", {})
     for number in range(grammar_module._KEPT + 10):
