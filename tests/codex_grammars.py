@@ -1,10 +1,13 @@
 """Codex's real grammars for its custom (free-form) tools, as Codex 0.171.0 declares them
 (`{"type": "custom", "format": {"type": "grammar", "syntax": "lark", "definition": …}}`):
-copied byte for byte from the `@openai/codex` package's binary (Apache-2.0). `exec` is the
-default model's only way to act (code mode: JavaScript, an optional `// @exec:` pragma line
-first); `apply_patch` is its file editor."""
+byte for byte as its requests carry them (recorded through `interop/agents`: `exec` in the
+`functions` namespace of the default model's `additional_tools` item, `apply_patch` in
+`-m gpt-5.5`'s `tools`), also found in the `@openai/codex` package's binary (Apache-2.0).
+`exec` is the default model's only way to act (code mode: JavaScript, an optional
+`// @exec:` pragma line first); `apply_patch` is its file editor."""
 
 EXEC_GRAMMAR = (
+    "\n"
     "start: pragma_source | plain_source\n"
     "pragma_source: PRAGMA_LINE NEWLINE SOURCE\n"
     "plain_source: SOURCE\n"
