@@ -13,8 +13,8 @@ byte), the input's UTF-8 bytes consumed, and the matcher then in an accepting st
 language of a grammar does not depend on the tokenizer, only how a model walks it.
 
 A grammar the checker cannot use — llguidance refuses it, it is larger than
-`MAX_DEFINITION_CHARS`, it counts model tokens (`max_tokens`, token references such as
-`<|end|>` or `<[42]>`, which mean other things over bytes), or the format is of a type not
+`MAX_DEFINITION_CHARS`, it counts model tokens or names them by number (`max_tokens`,
+`<[42]>`, which mean other things over bytes), or the format is of a type not
 known here — is the rule of an unusable schema: named (`format_problem`), that tool's input
 then accepted as any text, and the proxy says so once.
 
@@ -51,8 +51,9 @@ MAX_CHECK_SECONDS = 2.0  # an input that takes longer to check is refused (fail 
 SYNTAXES = ("lark", "regex")
 _KEPT = 256
 _CHUNK_BYTES = 512  # the input is fed in pieces of this size, the time checked between them
-# What in a Lark grammar counts the model's tokens, whose meaning over bytes differs.
-_TOKEN_COUNTING = re.compile(r"max_tokens|<\||<\[")
+# What in a Lark grammar counts or names the model's tokens by number, whose meaning over
+# bytes differs (llguidance itself refuses a named special token, `<|end|>`, over bytes).
+_TOKEN_COUNTING = re.compile(r"max_tokens|<\[")
 
 
 @dataclass(frozen=True, slots=True)

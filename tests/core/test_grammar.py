@@ -94,6 +94,11 @@ def test_codexs_apply_patch_grammar_refuses_what_is_no_patch(text: str) -> None:
     assert found.startswith("does not match its lark grammar")
 
 
+def test_a_grammar_may_hold_what_looks_like_a_token_in_its_text() -> None:
+    assert problem("lark", 'start: "<|" /[a-z]+/ "|>"', "<|end|>") is None
+    assert problem("regex", "<|>", ">") is None
+
+
 def test_a_regex_format_must_match_the_whole_input() -> None:
     digits = r"[0-9]{1,4}(\.[0-9]+)?"
     assert problem("regex", digits, "2026") is None
@@ -136,7 +141,8 @@ def test_text_and_no_format_accept_anything() -> None:
             {"type": "grammar", "syntax": "lark", "definition": "start[max_tokens=3]: /.+/"},
             "tokens",
         ),
-        ({"type": "grammar", "syntax": "lark", "definition": "start: /.+/ <|end|>"}, "tokens"),
+        ({"type": "grammar", "syntax": "lark", "definition": "start: /.+/ <|end|>"}, "token"),
+        ({"type": "grammar", "syntax": "lark", "definition": 'start: "a" <[42]>'}, "tokens"),
     ],
 )
 def test_a_grammar_the_checker_cannot_use_is_named_and_its_input_is_any_text(
