@@ -11,16 +11,15 @@ Completion: where the protocol's terminal event carries an output snapshot, its 
 exactly the streamed calls (ids, names, argument bytes); where it sends none, the decision is
 built from the streamed parts. A stated finish reason must agree with the calls. Batch: call
 ids non-empty and unique, every tool exposed, arguments a JSON object (bounded nesting)
-matching the tool's schema. Provider output (server tools) and reasoning are kept opaque,
-in order, and never authorize anything: only function calls reach the executor.
+matching the tool's schema, a custom tool's input a sentence of its declared grammar.
+Provider output (server tools) and reasoning are kept opaque, in order, and never authorize
+anything: only function calls reach the executor.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from jsonschema import Draft202012Validator
 
 from .conversation import (
     CallPart,
@@ -64,7 +63,9 @@ from .events import (
     UnsupportedOutput,
     UsageReported,
 )
+from .grammar import GrammarCheck, InputFormat, grammar_check
 from .jsonlimits import MAX_ARGUMENT_DEPTH, parse_arguments
+from .schemas import schema_validator
 
 __all__ = [
     "CallProblem",
@@ -171,10 +172,19 @@ class ResponseGate:
         # tool, a built-in tool's item type).
         self._tools = {(tool.namespace, tool.name, tool.form): tool for tool in tools}
         self._validators = {
-            key: Draft202012Validator(dict(tool.parameters))
+            key: schema_validator(dict(tool.parameters), getattr(tool, "dialect", None))
             for key, tool in self._tools.items()
             if tool.form == CALL_FUNCTION
         }
+        # A custom tool's declared grammar (`gateway.DeclaredTool.grammar`), compiled once
+        # per distinct grammar and kept (`grammar.grammar_check`).
+        self._grammars: dict[tuple[str, str, str], GrammarCheck] = {}
+        for key, tool in self._tools.items():
+            declared = getattr(tool, "grammar", None)
+            if tool.form == CALL_CUSTOM and isinstance(declared, InputFormat):
+                checker = grammar_check(declared)
+                if isinstance(checker, GrammarCheck):
+                    self._grammars[key] = checker
         self._observer = observer
         self._limits = limits or GateLimits()
         self.reset()
@@ -604,8 +614,12 @@ class ResponseGate:
         tool = self._tools.get(key) if key is not None else None
         if key is None or tool is None:
             return self._not_exposed(call), {}
-        if call.form == CALL_CUSTOM:
-            return None, {}  # free text: any string (a declared grammar is not checked)
+        if call.form == CALL_CUSTOM:  # free text, a sentence of its grammar if it has one
+            checker = self._grammars.get(key)
+            problem = None if checker is None else checker.problem(call.arguments)
+            if problem is not None:
+                return f"custom tool {_qualified(call.namespace, call.name)!r} input {problem}", {}
+            return None, {}
         text = call.arguments
         if not text.strip(" \t\n\r") and tool.takes_no_arguments:
             text = "{}"  # no arguments for a tool without parameters

@@ -25,13 +25,18 @@ import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .codec import StreamDecoder
 from .conversation import ToolSpec
-from .events import CALL_FUNCTION
+from .events import CALL_CUSTOM, CALL_FUNCTION
+from .grammar import InputFormat, input_format
 from .jsonlimits import parse_event
+from .schemas import unresolvable_reference, validator_class
 from .sse import ServerSentEvent
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "HOP_BY_HOP",
@@ -222,10 +227,16 @@ class Gateway(Protocol):
 class DeclaredTool(ToolSpec):
     """A tool as a request declares it: its name and schema are the request's own, taken
     as they are (the provider validates its requests; lockgate only judges the calls).
-    `schema_problem`: why the schema it declares is not one the gate can validate with
-    (its calls are then checked as a JSON object only), or None."""
+    `schema_problem`: why the schema (a custom tool: the input format) it declares is not
+    one the gate can validate with (its calls are then checked as a JSON object only; a
+    custom tool's input is then any text), or None. `grammar`: the grammar a custom tool's
+    input must be a sentence of (`grammar.input_format`), or None for any text. `dialect`:
+    the JSON Schema draft a usable schema is read in (`schemas.validator_class`), kept with
+    the schema's check."""
 
     schema_problem: str | None = None
+    grammar: InputFormat | None = None
+    dialect: type[Validator] | None = None  # the draft a usable schema is read in
 
     def __post_init__(self) -> None:
         pass
@@ -233,50 +244,72 @@ class DeclaredTool(ToolSpec):
 
 _SCHEMA_PROBLEMS_KEPT = 256
 _SCHEMA_KEY_CHARS = 65536  # a larger schema is checked every time (the kept ones stay small)
-_schema_problems: dict[str, str | None] = {}
+# Per schema: (why the gate cannot use it or None, the dialect it is read in).
+_schema_problems: dict[str, tuple[str | None, type[Validator] | None]] = {}
 _schema_problems_lock = threading.Lock()  # the library may judge from several threads
 
 
 def schema_problem(schema: object) -> str | None:
-    """Why `schema` is no JSON Schema (Draft 2020-12) describing an object that the gate can
-    validate with, or None when it is one.
+    """Why `schema` is no JSON Schema describing an object that the gate can validate with,
+    or None when it is one: valid in its dialect (`schemas.validator_class`: the draft its
+    `$schema` names, else 2020-12 or the older draft its keywords belong to), every `$ref`
+    resolving within it (nothing is retrieved).
 
     Checking a schema against the metaschema costs about 2 ms; a client sends the same
     tools with every request, so the answer is kept per schema (its canonical JSON text, up
     to `_SCHEMA_KEY_CHARS`; at most `_SCHEMA_PROBLEMS_KEPT`, the earliest kept forgotten first)."""
+    return _schema_verdict(schema)[0]
+
+
+def _schema_verdict(schema: object) -> tuple[str | None, type[Validator] | None]:
+    """`schema_problem`'s answer and the dialect the schema is read in (None: not a JSON
+    object), kept together, so that a gate built per request need not work it out again."""
     if not isinstance(schema, Mapping):
-        return "the schema is not a JSON object"
+        return "the schema is not a JSON object", None
     if schema.get("type", "object") != "object":
-        return "the schema does not describe an object"
+        return "the schema does not describe an object", None
     try:
         key = json.dumps(schema, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):  # not JSON (a library caller's values)
-        return _check_schema(schema)
+        return _checked(schema)
     if len(key) > _SCHEMA_KEY_CHARS:
-        return _check_schema(schema)
+        return _checked(schema)
     with _schema_problems_lock:
         if key in _schema_problems:
             return _schema_problems[key]
     # Checked as its key reads back, so that the answer depends on the key alone (a tuple
     # is a JSON array in the key, and no array to jsonschema).
-    problem = _check_schema(json.loads(key))
+    verdict = _checked(json.loads(key))
     with _schema_problems_lock:
         if len(_schema_problems) >= _SCHEMA_PROBLEMS_KEPT:
             del _schema_problems[next(iter(_schema_problems))]
-        _schema_problems[key] = problem
-    return problem
+        _schema_problems[key] = verdict
+    return verdict
+
+
+def _checked(schema: Mapping[str, Any]) -> tuple[str | None, type[Validator] | None]:
+    try:
+        dialect = validator_class(schema)
+    except RecursionError:
+        return "the schema is nested too deeply", None
+    return _check_schema(schema), dialect
 
 
 def _check_schema(schema: Mapping[str, Any]) -> str | None:
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
     try:
-        Draft202012Validator.check_schema(dict(schema))
+        validator_class(schema).check_schema(dict(schema))
+        reference = unresolvable_reference(schema)
     except SchemaError as exc:
         return f"not a valid JSON Schema ({exc.message[:200]})"
     except RecursionError:
         return "the schema is nested too deeply"
+    if reference is not None:
+        return (
+            f"its $ref {reference[:200]!r} does not resolve within the schema "
+            "(nothing is retrieved)"
+        )
     return None
 
 
@@ -297,23 +330,29 @@ def declared_tool(
     validate_schemas: bool,
     namespace: str = "",
     form: str = CALL_FUNCTION,
+    input_format_declared: object = None,
 ) -> ToolSpec | None:
     """The `ToolSpec` of one declared tool (None when it has no name). Its schema is used
     when `validate_schemas` is asked and it is usable; otherwise a permissive one (a
     custom or built-in tool's calls carry no JSON Schema'd object: always permissive). A
     declared schema the gate cannot use is named in `DeclaredTool.schema_problem`, and that
     tool's calls are checked as a JSON object only: one unusable schema does not refuse
-    every response."""
+    every response. A custom tool's declared `format` (`input_format_declared`) is checked
+    alike, with `validate_schemas`: a usable grammar is its `DeclaredTool.grammar`, an
+    unusable one its `schema_problem` (its input is then any text)."""
     if not isinstance(name, str) or not name:
         return None
     text = description if isinstance(description, str) else ""
+    if form == CALL_CUSTOM and validate_schemas:
+        grammar, problem = input_format(input_format_declared)
+        return DeclaredTool(name, text, _permissive(None), namespace, form, problem, grammar)
     if form != CALL_FUNCTION or not validate_schemas or schema is None:
         return DeclaredTool(name, text, _permissive(schema), namespace, form)
-    problem = schema_problem(schema)
+    problem, dialect = _schema_verdict(schema)
     if problem is not None:
         return DeclaredTool(name, text, _permissive(schema), namespace, form, problem)
     assert isinstance(schema, Mapping)
-    return DeclaredTool(name, text, dict(schema), namespace, form)
+    return DeclaredTool(name, text, dict(schema), namespace, form, dialect=dialect)
 
 
 def declared_tools(

@@ -27,7 +27,20 @@ LAYERS: tuple[frozenset[str], ...] = (
         }
     ),
     # the seams and the rules on them
-    frozenset({"transport", "codec", "http", "sdk", "retry", "gate", "tools", "gateway"}),
+    frozenset(
+        {
+            "transport",
+            "codec",
+            "http",
+            "sdk",
+            "retry",
+            "gate",
+            "grammar",
+            "schemas",
+            "tools",
+            "gateway",
+        }
+    ),
     # the agent: the client, the loop and the repair fixture, the display
     frozenset({"client", "loop", "context", "fixture", "session", "display"}),
     # the lab's vocabulary, below the providers that render it

@@ -120,11 +120,12 @@ def test_a_custom_tool_call_cut_mid_input_runs_nothing() -> None:
     assert ends_with_refusal(gated.output, "responses")
 
 
-def test_a_grammar_is_not_checked_but_the_tool_must_be_a_declared_custom_tool() -> None:
+def test_a_custom_call_must_name_a_declared_custom_tool() -> None:
     builder = ResponseBuilder("resp_custom").created()
     builder.custom_call("ctc_1", "call_patch", "apply_patch", "not a patch at all")
     outcome, _ = judged(codex_request(APPLY_PATCH), builder)
-    assert isinstance(outcome, Accepted)  # the grammar is the provider's to enforce
+    assert isinstance(outcome, Accepted)  # its grammar, `/.+/s`, takes any text but ""
+    # (grammars are checked: tests/proxy/test_custom_tool_grammar.py)
     builder = ResponseBuilder("resp_custom").created()
     builder.custom_call("ctc_1", "call_run", "run", "touch x")
     kind, message = refusal(judged(codex_request(APPLY_PATCH), builder)[0])

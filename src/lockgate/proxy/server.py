@@ -56,6 +56,7 @@ from aiohttp.web_request import BaseRequest
 from ..cassette.recorder import CassetteRecorder
 from ..conversation import ToolSpec
 from ..credentials import Redactor
+from ..events import CALL_CUSTOM
 from ..gateway import Gateway
 from ..jsonlimits import TooComplex, parse_document
 from ..providers.base import Provider
@@ -558,8 +559,12 @@ class ProxyServer:
             if len(self.unusable_schemas) < MAX_SCHEMA_NOTES:
                 self.unusable_schemas.add((tool.name, problem))
                 self.warn(
-                    f"lockgate proxy: the schema of tool {quoted(tool.name, 80)} is not one "
-                    f"the gate can validate with ({problem}); its calls are checked as a "
+                    f"lockgate proxy: the input format of custom tool {quoted(tool.name, 80)} "
+                    f"is not one the gate can check with ({problem}); its input is accepted "
+                    "as any text"
+                    if tool.form == CALL_CUSTOM
+                    else f"lockgate proxy: the schema of tool {quoted(tool.name, 80)} is not "
+                    f"one the gate can validate with ({problem}); its calls are checked as a "
                     "JSON object only"
                 )
         return tools

@@ -5,9 +5,11 @@ the `openai` SDK raises on.
 - **Tools**: what a call may name, declared in the request's `tools` and in every
   `additional_tools` input item (Codex declares its tools there): flat function tools
   (`{"type": "function", "name", "description", "parameters"}`), custom (free-form) tools
-  (`{"type": "custom", "name", "format"}`: a call's input is any text; a grammar or format
-  is not checked), both also grouped under a `namespace` (`{"type": "namespace", "name",
-  "tools": [...]}`: a call names the group and the tool), and the built-in tools a client
+  (`{"type": "custom", "name", "format"}`: a call's input must be a sentence of the
+  declared `lark` or `regex` grammar, checked with llguidance as the provider constrains it
+  (`grammar.py`); `{"type": "text"}` or none: any text), both also grouped under a
+  `namespace` (`{"type": "namespace", "name", "tools": [...]}`: a call names the group and
+  the tool), and the built-in tools a client
   executes itself (`shell`, `local_shell`, `apply_patch`, `computer_use_preview`,
   `computer`: their `shell_call`, … items are calls, valid only when the request declared
   that tool). Other built-in tools (`web_search`, `file_search`, `mcp`, …) are the
@@ -294,7 +296,13 @@ def _declared(tool: dict[str, Any], namespace: str, validate_schemas: bool) -> T
     if kind == "custom":
         name, description = tool.get("name"), tool.get("description")
         return declared_tool(
-            name, description, None, validate_schemas=False, namespace=namespace, form=CALL_CUSTOM
+            name,
+            description,
+            None,
+            validate_schemas=validate_schemas,
+            namespace=namespace,
+            form=CALL_CUSTOM,
+            input_format_declared=tool.get("format"),
         )
     item = CLIENT_BUILTIN_TOOLS.get(kind) if isinstance(kind, str) else None
     if kind == "tool_search" and tool.get("execution") != "client":
