@@ -108,7 +108,13 @@ def _read_secret(variable: str, what: str) -> str:
 
 
 def proxy(args: argparse.Namespace) -> int:
-    from ..proxy.config import ConfigError, describe, listen_problem, resolve_secrets
+    from ..proxy.config import (
+        ConfigError,
+        describe,
+        key_warnings,
+        listen_problem,
+        resolve_secrets,
+    )
 
     if args.config is not None:
         settings = _file_settings(args)
@@ -123,6 +129,8 @@ def proxy(args: argparse.Namespace) -> int:
             for line in describe(settings):
                 print(one_line(line))
             return EXIT_OK
+        for line in key_warnings(settings):
+            print(f"lockgate proxy: {one_line(line)}", file=sys.stderr, flush=True)
         for value in values:
             SECRETS.append(value)
         for variable in variables:

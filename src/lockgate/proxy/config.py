@@ -55,6 +55,7 @@ __all__ = [
     "SecretSource",
     "UpstreamSettings",
     "describe",
+    "key_warnings",
     "listen_problem",
     "load_settings",
     "resolve_secrets",
@@ -726,6 +727,35 @@ def describe(settings: ProxySettings) -> list[str]:
         )
         for number, fallback in enumerate(route.fallbacks, 1):
             lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
+    lines.extend(key_warnings(settings))
+    return lines
+
+
+def key_warnings(settings: ProxySettings) -> list[str]:
+    """One line per route where some upstreams hold a key and others do not (`--check`
+    prints them, and the proxy says them when it starts): the client's own credentials go
+    to those that hold none, so there the client token is accepted only in
+    `x-lockgate-token`, never as the client's API key."""
+    lines = []
+    for route in settings.routes:
+        upstreams = (route.upstream, *route.fallbacks)
+        keyless = [
+            "its upstream" if index == 0 else f"fall-back {index}"
+            for index, upstream in enumerate(upstreams)
+            if upstream.key is None
+        ]
+        if keyless and len(keyless) < len(upstreams):
+            line = (
+                f"warning: route {route.name}: {' and '.join(keyless)} "
+                f"{'holds' if len(keyless) == 1 else 'hold'} no key while another upstream "
+                "of the route does: the client's own credentials go there"
+            )
+            if settings.client_token is not None:
+                line += (
+                    ", so clients must show the client token in x-lockgate-token (as their "
+                    "API key it is refused)"
+                )
+            lines.append(line)
     return lines
 
 
