@@ -145,20 +145,20 @@ def plain_path(raw: str) -> str:
 
 
 def takes_held_key(method: str, path: str) -> bool:
-    """Whether the key a proxy holds may go with this request (a plain path): a gated
-    protocol request, `GET …/models` or `GET …/models/{id}` (every SDK, Codex, Claude Code
-    list models), or a `POST` that counts or compacts a model request (each protocol's
-    `Gateway.keyed_paths`). Files, batches, stored responses, fine-tunes, an
-    organization's administration: none."""
-    if route(method, path) is not None:
-        return True
+    """Whether the key a proxy holds may go with this request (a plain path): `GET …/models`
+    or `GET …/models/{id}` (every SDK, Codex, Claude Code list models), or a `POST` to a
+    path of a protocol's API that makes, counts or compacts a model request (each
+    protocol's `Gateway.keyed_paths`: Anthropic's `/v1/messages`, not OpenAI's
+    `/v1/threads/{id}/messages`, which only ends like it; Gemini's `:countTokens`). Files,
+    batches, stored responses, fine-tunes, threads, an organization's administration:
+    none."""
     trimmed = path.rstrip("/")
     method = method.upper()
     if method == "GET":
         segments = trimmed.split("/")
         return segments[-1] == "models" or (len(segments) > 2 and segments[-2] == "models")
     return method == "POST" and any(
-        trimmed.endswith(gateway.keyed_paths) for _, gateway in _gateways()
+        gateway.keyed_paths.search(trimmed) is not None for _, gateway in _gateways()
     )
 
 
