@@ -716,6 +716,8 @@ def describe(settings: ProxySettings) -> list[str]:
     ]
     if settings.allow_hosts:
         lines.append("host names allowed: " + ", ".join(settings.allow_hosts))
+    if settings.record is not None:
+        lines.append(f"recording: every exchange as a cassette in {settings.record}")
     for route in settings.routes:
         gating = route.gating
         lines.append(
