@@ -1,6 +1,7 @@
 """`lockgate proxy --config FILE`: one proxy process for several providers.
 
-The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own). Every key is
+The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own; at most
+1 MiB and 32 levels of nesting). Every key is
 known, every value checked; an error is one line naming the file, the line and the key:
 `proxy.yaml:12: routes[1].key.header: must be one of authorization, x-api-key, api-key,
 x-goog-api-key`. `load_settings` reads it; `settings_from_flags` makes the same settings
@@ -81,6 +82,10 @@ DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measur
 # (transient) and the others go on.
 DEFAULT_MAX_HELD_BYTES = 256 * 1024 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
+# A config is 5 levels deep at most (routes[].fallbacks[].key.env); deeper is refused while
+# parsing, before PyYAML's scanner (whose cost grows with the square of the nesting) and its
+# recursive composer (RecursionError) get far.
+MAX_CONFIG_DEPTH = 32
 MAX_SECRET_FILE_BYTES = 64 * 1024
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -386,10 +391,19 @@ def _compose(text: str, source: str) -> _Node:
     import yaml
 
     try:
+        depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            line = event.start_mark.line + 1 if event.start_mark else 0
             if isinstance(event, yaml.AliasEvent):
-                line = event.start_mark.line + 1 if event.start_mark else 0
                 raise ConfigError(f"{source}:{line}: anchors and aliases are not allowed")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_CONFIG_DEPTH:  # before the parser's cost grows with it
+                    raise ConfigError(
+                        f"{source}:{line}: nested more than {MAX_CONFIG_DEPTH} levels deep"
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
