@@ -103,23 +103,6 @@ def _text(what: str) -> Callable[[str], str]:
     return parse
 
 
-# Variables that hold the system's own settings, never an API key: naming one with
-# `--api-key-env` would send its value as the credential (and remove it from the
-# environment of every tool the run starts).
-_SYSTEM_VARIABLES = frozenset(
-    {
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "LANG",
-        "LANGUAGE", "TMPDIR", "TMP", "TEMP", "TZ", "DISPLAY", "EDITOR", "VISUAL", "PAGER",
-        "MAIL", "HOSTNAME", "SHLVL", "IFS", "CDPATH", "MANPATH", "LD_LIBRARY_PATH",
-        "LD_PRELOAD", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
-        "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
-    }
-)  # fmt: skip
-
-
-_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_RETRY_")
-
-
 def _variable_name(text: str) -> str:
     """An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`."""
     if (
@@ -136,12 +119,11 @@ def _variable_name(text: str) -> str:
 def _key_variable(text: str) -> str:
     """An environment variable name that can hold a key (`_variable_name`), and not one of
     the system's own variables."""
-    upper = _variable_name(text).upper()
-    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
-        raise argparse.ArgumentTypeError(
-            f"{text} is a system variable, not an API key: its value would be sent as the "
-            "credential"
-        )
+    from ..credentials import key_variable_problem
+
+    problem = key_variable_problem(_variable_name(text))
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -149,6 +149,15 @@ def proxy(args: argparse.Namespace) -> int:
         token = (
             _read_secret(args.client_token_env, "client token") if args.client_token_env else None
         )
+        if api_key is not None and token is not None:
+            from ..credentials import same_secret
+
+            if same_secret(api_key, token):
+                raise UsageError(
+                    f"--client-token-env {args.client_token_env}: the same value as "
+                    f"--api-key-env {args.api_key_env}: clients would hold the provider's key; "
+                    "give them a token of their own; the proxy did not start"
+                )
         resolved = _flag_settings(args, host, api_key, token, redact)
         if args.check:
             for line in describe(resolved):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ..credentials import api_key_problem
+from ..credentials import api_key_problem, key_variable_problem, same_secret
 from ..files import FileProblem, read_regular
 from ..gate import GateLimits
 from .access import host_name_problem
@@ -286,6 +286,9 @@ class ProxyConfig:
         for name, secret in (("api_key", self.api_key), ("client_token", self.client_token)):
             if secret is not None and (problem := api_key_problem(secret)) is not None:
                 raise ValueError(f"{name}: {problem}")
+        key, token = self.api_key, self.client_token
+        if key is not None and token is not None and same_secret(key, token):
+            raise ValueError(f"client_token: {_TOKEN_IS_KEY} default holds")
         self.settings()  # every other bound, checked where the settings check it
 
     def settings(self) -> ProxySettings:
@@ -564,6 +567,7 @@ def _secret(reader: _Reader, node: _Node, *, with_header: bool) -> tuple[SecretS
     if "env" in entries:
         name = reader.string(entries["env"])
         reader.check(entries["env"], None if _VARIABLE.fullmatch(name) else "not a variable name")
+        reader.check(entries["env"], key_variable_problem(name))
         return SecretSource(env=name), header
     file = reader.string(entries["file"])
     return SecretSource(file=Path(file)), header
@@ -689,7 +693,19 @@ def resolve_secrets(
         ]
         routes.append(replace(route, upstream=upstreams[0], fallbacks=tuple(upstreams[1:])))
     token = read(settings.client_token, "client_token")
+    if token is not None and token.value is not None:
+        for route in routes:
+            for upstream in (route.upstream, *route.fallbacks):
+                key = upstream.key.value if upstream.key is not None else None
+                if key is not None and same_secret(token.value, key):
+                    raise ConfigError(f"client_token: {_TOKEN_IS_KEY} {route.name} holds")
     return replace(settings, routes=tuple(routes), client_token=token), values, variables
+
+
+# A client token equal to a held key: every client would hold the provider's key.
+_TOKEN_IS_KEY = (
+    "clients would hold the provider's key: give them a token of their own, not the key route"
+)
 
 
 def listen_problem(settings: ProxySettings) -> str | None:
