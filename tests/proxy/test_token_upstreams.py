@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -27,6 +32,7 @@ from lockgate.proxy.config import (
 )
 from lockgate.proxy.server import TOKEN_HEADER, serving
 
+from ..helpers import finish
 from .test_server import gating, serve_app
 
 HELD_KEY = "sk-held-KEY-upstreams-4242"
@@ -194,3 +200,39 @@ def test_check_says_when_a_route_holds_a_key_on_some_upstreams_only() -> None:
     assert "x-lockgate-token" in line
     assert describe(settings)[-1] == line
     assert key_warnings(ProxySettings((whole,))) == []
+
+
+def test_the_proxy_says_it_when_it_starts(tmp_path: Path) -> None:
+    path = tmp_path / "proxy.yaml"
+    path.write_text(
+        "client_token: {env: LG_TOKEN}\n"
+        "routes:\n"
+        "  - name: mixed\n"
+        "    upstream: 'http://127.0.0.1:9'\n"
+        "    key: {env: LG_KEY}\n"
+        "    retries: {attempts: 1}\n"
+        "    fallbacks: [{upstream: 'http://127.0.0.1:10'}]\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LG_")}
+    environment.update({"LG_TOKEN": TOKEN, "LG_KEY": HELD_KEY})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lockgate", "proxy", "--config", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=environment,
+    )
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    process.send_signal(signal.SIGTERM)
+    code, _, err = finish(process)
+    assert code == 0, err
+    assert first.startswith("proxying at http://127.0.0.1:")
+    assert err.splitlines()[0] == (
+        "lockgate proxy: warning: route mixed: fall-back 1 holds no key while another "
+        "upstream of the route does: the client's own credentials go there, so clients must "
+        "show the client token in x-lockgate-token (as their API key it is refused)"
+    )
+    assert TOKEN not in first + err
+    assert HELD_KEY not in first + err
