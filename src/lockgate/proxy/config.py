@@ -1,12 +1,12 @@
 """`lockgate proxy --config FILE`: one proxy process for several providers.
 
-The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own; at most
-1 MiB and 32 levels of nesting). Every key is
-known, every value checked; an error is one line naming the file, the line and the key:
-`proxy.yaml:12: routes[1].key.header: must be one of authorization, x-api-key, api-key,
-x-goog-api-key`. `load_settings` reads it; `settings_from_flags` makes the same settings
-from the one-route flags (`--upstream URL` and the rest: the shorthand); `describe` says
-what a config means, one line per fact, without a secret (`--check`).
+The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own; at most 1 MiB
+and 32 levels of nesting). Every key is known, every value checked; an error is one line
+naming the file, the line and the key: `proxy.yaml:12: routes[1].key.header: must be one of
+authorization, x-api-key, api-key, x-goog-api-key`. `load_settings` reads it;
+`settings_from_flags` makes the same settings from the one-route flags (`--upstream URL` and
+the rest: the shorthand); `describe` says what a config means, one line per fact, without a
+secret (`--check`).
 
 ```yaml
 listen: {host: 127.0.0.1, port: 8787}
