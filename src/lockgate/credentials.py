@@ -10,6 +10,7 @@ body on its way to a client), and `Redactor.redact_bytes` for bytes already whol
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 import unicodedata
@@ -22,6 +23,8 @@ __all__ = [
     "Redactor",
     "StreamRedactor",
     "api_key_problem",
+    "key_variable_problem",
+    "same_secret",
 ]
 
 REDACTED = "[redacted]"
@@ -50,6 +53,40 @@ def api_key_problem(key: str) -> str | None:
     if not key.isascii():
         return "the API key contains non-ASCII characters, which HTTP headers cannot carry"
     return None
+
+
+# Variables that hold the system's own settings, never an API key: naming one as a key's
+# variable (`--api-key-env`, a config file's `key: {env: NAME}`) would send its value as the
+# credential (and remove it from the environment of every tool the run starts).
+_SYSTEM_VARIABLES = frozenset(
+    {
+        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "LANG",
+        "LANGUAGE", "TMPDIR", "TMP", "TEMP", "TZ", "DISPLAY", "EDITOR", "VISUAL", "PAGER",
+        "MAIL", "HOSTNAME", "SHLVL", "IFS", "CDPATH", "MANPATH", "LD_LIBRARY_PATH",
+        "LD_PRELOAD", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+        "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+    }
+)  # fmt: skip
+_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_RETRY_")
+
+
+def key_variable_problem(name: str) -> str | None:
+    """None if the environment variable `name` may hold a key or a token, else a one-line
+    reason: one of the system's own (`PATH`, `HOME`, `LC_*` …, any letter case)."""
+    upper = name.upper()
+    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
+        return (
+            f"{name} is a system variable, not an API key: its value would be sent as the "
+            "credential"
+        )
+    return None
+
+
+def same_secret(first: str, second: str) -> bool:
+    """Whether two secrets are equal, compared in constant time."""
+    return hmac.compare_digest(
+        first.encode("utf-8", "surrogateescape"), second.encode("utf-8", "surrogateescape")
+    )
 
 
 def _forms(secret: str) -> set[str]:

@@ -22,6 +22,7 @@ ends so, whatever prefix comes before, and that asks for a stream in its body;
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -133,9 +134,12 @@ class Gateway(Protocol):
         ...
 
     @property
-    def keyed_paths(self) -> tuple[str, ...]:
-        """How the paths of this protocol's other `POST`s that need the key end (counting or
-        compacting a model request's tokens): a proxy holding a key sends it with them."""
+    def keyed_paths(self) -> re.Pattern[str]:
+        """The paths of this protocol's API whose `POST` needs the key (searched in a plain
+        path without its query): its model requests as the API spells them, and its side
+        requests (counting or compacting a model request's tokens). A proxy holding a key
+        sends it with these (and with model listings), not with whatever path merely ends
+        like them (`…/threads/{id}/messages` is OpenAI's, not Anthropic's Messages)."""
         ...
 
     def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:

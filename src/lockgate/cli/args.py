@@ -103,23 +103,6 @@ def _text(what: str) -> Callable[[str], str]:
     return parse
 
 
-# Variables that hold the system's own settings, never an API key: naming one with
-# `--api-key-env` would send its value as the credential (and remove it from the
-# environment of every tool the run starts).
-_SYSTEM_VARIABLES = frozenset(
-    {
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "LANG",
-        "LANGUAGE", "TMPDIR", "TMP", "TEMP", "TZ", "DISPLAY", "EDITOR", "VISUAL", "PAGER",
-        "MAIL", "HOSTNAME", "SHLVL", "IFS", "CDPATH", "MANPATH", "LD_LIBRARY_PATH",
-        "LD_PRELOAD", "VIRTUAL_ENV", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
-        "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
-    }
-)  # fmt: skip
-
-
-_SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "PYTHON", "LOCKGATE_RETRY_")
-
-
 def _variable_name(text: str) -> str:
     """An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`."""
     if (
@@ -136,12 +119,11 @@ def _variable_name(text: str) -> str:
 def _key_variable(text: str) -> str:
     """An environment variable name that can hold a key (`_variable_name`), and not one of
     the system's own variables."""
-    upper = _variable_name(text).upper()
-    if upper in _SYSTEM_VARIABLES or upper.startswith(_SYSTEM_PREFIXES):
-        raise argparse.ArgumentTypeError(
-            f"{text} is a system variable, not an API key: its value would be sent as the "
-            "credential"
-        )
+    from ..credentials import key_variable_problem
+
+    problem = key_variable_problem(_variable_name(text))
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -456,6 +438,45 @@ def _add_cassette(commands: argparse._SubParsersAction[Any], providers: list[str
 _retry_count = _number(int, "a whole number", lambda v: 0 <= v <= 10, "must be between 0 and 10")
 
 
+# The namespace attribute that lists the option strings given of `lockgate proxy`'s flags
+# that are settings of a config file (each a `_Noted` action): refused beside `--config`.
+GIVEN_FILE_FLAGS = "given_file_flags"
+
+
+class _Noted(argparse.Action):
+    """Notes the option string it was given as (`GIVEN_FILE_FLAGS`), then acts as the
+    action it is mixed into: a flag's default cannot tell whether it was given."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        noted: list[str] = list(getattr(namespace, GIVEN_FILE_FLAGS, []))
+        if option_string is not None and option_string not in noted:
+            noted.append(option_string)
+        setattr(namespace, GIVEN_FILE_FLAGS, noted)
+        super().__call__(parser, namespace, values, option_string)
+
+
+class _NotedStore(_Noted, argparse._StoreAction):
+    pass
+
+
+class _NotedStoreTrue(_Noted, argparse._StoreTrueAction):
+    pass
+
+
+class _NotedAppend(_Noted, argparse._AppendAction):
+    pass
+
+
+class _NotedBoolean(_Noted, argparse.BooleanOptionalAction):
+    pass
+
+
 def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     proxy = commands.add_parser(
         "proxy", help="gate every provider's responses for any client (an HTTP proxy)"
@@ -488,6 +509,7 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--retries",
+        action=_NotedStore,
         type=_retry_count,
         default=0,
         metavar="N",
@@ -496,6 +518,7 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--retry-max-wait",
+        action=_NotedStore,
         type=_positive_seconds,
         default=60.0,
         metavar="SECONDS",
@@ -504,19 +527,28 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--host",
+        action=_NotedStore,
         type=_text("--host"),
         default="127.0.0.1",
         help="listen address (default 127.0.0.1; another than loopback needs --allow-remote)",
     )
-    proxy.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
+    proxy.add_argument(
+        "--port",
+        action=_NotedStore,
+        type=_port,
+        default=0,
+        help="port (default 0: an ephemeral port)",
+    )
     proxy.add_argument(
         "--hold",
+        action=_NotedStore,
         choices=["tools", "terminal"],
         default="tools",
         help="hold from the first tool call (default), or only the finish (calls stream live)",
     )
     proxy.add_argument(
         "--idle-timeout",
+        action=_NotedStore,
         type=_positive_seconds,
         default=defaults.IDLE_TIMEOUT_SECONDS,
         metavar="SECONDS",
@@ -525,6 +557,7 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--deadline",
+        action=_NotedStore,
         type=_positive_seconds,
         default=defaults.DEADLINE_SECONDS,
         metavar="SECONDS",
@@ -533,6 +566,7 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--keepalive",
+        action=_NotedStore,
         type=_positive_seconds,
         default=PROXY_KEEPALIVE_SECONDS,
         metavar="SECONDS",
@@ -541,30 +575,33 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     )
     proxy.add_argument(
         "--validate-schemas",
-        action=argparse.BooleanOptionalAction,
+        action=_NotedBoolean,
         default=True,
         help="check every call's arguments against its tool's schema (the default; "
         "--no-validate-schemas: only that they are a JSON object)",
     )
     proxy.add_argument(
         "--api-key-env",
+        action=_NotedStore,
         type=_key_variable,
         metavar="NAME",
         help="hold the key from this variable: it replaces the clients' credentials upstream",
     )
     proxy.add_argument(
         "--client-token-env",
+        action=_NotedStore,
         type=_key_variable,
         metavar="NAME",
         help="require the token from this variable on every request",
     )
     proxy.add_argument(
         "--allow-remote",
-        action="store_true",
+        action=_NotedStoreTrue,
         help="allow a --host other than loopback (with --api-key-env: --client-token-env too)",
     )
     proxy.add_argument(
         "--max-streams",
+        action=_NotedStore,
         type=positive_int,
         default=PROXY_MAX_STREAMS,
         metavar="N",
@@ -599,7 +636,7 @@ def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
 
     proxy.add_argument(
         "--allow-host",
-        action="append",
+        action=_NotedAppend,
         default=[],
         metavar="NAME",
         help="with --api-key-env: a host name clients reach the proxy by, besides IP "
@@ -607,12 +644,13 @@ def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
     )
     proxy.add_argument(
         "--key-on-any-path",
-        action="store_true",
+        action=_NotedStoreTrue,
         help="with --api-key-env: send the key with every request, not only model requests, "
         "model listings and token counts",
     )
     proxy.add_argument(
         "--head-timeout",
+        action=_NotedStore,
         type=_positive_seconds,
         default=HEAD_TIMEOUT_SECONDS,
         metavar="SECONDS",
@@ -621,6 +659,7 @@ def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
     )
     proxy.add_argument(
         "--max-held-bytes",
+        action=_NotedStore,
         type=_bound,
         default=PROXY_MAX_HELD_BYTES,
         metavar="N",
@@ -632,6 +671,7 @@ def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
         default = getattr(defaults, name)
         proxy.add_argument(
             "--" + name.replace("_", "-"),
+            action=_NotedStore,
             type=_bound,
             default=default,
             metavar="N",

@@ -17,7 +17,9 @@ request), never with a browser's request, and only to requests whose `Host` is a
 literal, a `localhost` name or one given with `--allow-host NAME`. `--head-timeout` bounds
 how long a request head may take; the gate's bounds have a flag each (`--max-calls`,
 `--max-argument-chars`, `--max-text-chars`, `--max-reasoning-chars`, `--max-native-items`,
-`--max-native-bytes`). A line
+`--max-native-bytes`). Beside `--config FILE` a flag that is a setting of the file is a
+usage error naming the file's key; `--check`, `--workers`, `--json` and `--record DIR` (with
+`--redact-env`) go beside it. A line
 about the server itself (connections it cannot accept at the file-descriptor limit) goes
 to stderr.
 """
@@ -29,10 +31,11 @@ import asyncio
 import contextlib
 import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from . import process
-from .args import LIMIT_HELP, one_line
+from .args import GIVEN_FILE_FLAGS, LIMIT_HELP, one_line
 from .codes import EXIT_OK, EXIT_OUTPUT, UsageError
 from .output import listening_output, record_output
 from .process import SECRETS
@@ -108,7 +111,13 @@ def _read_secret(variable: str, what: str) -> str:
 
 
 def proxy(args: argparse.Namespace) -> int:
-    from ..proxy.config import ConfigError, describe, listen_problem, resolve_secrets
+    from ..proxy.config import (
+        ConfigError,
+        describe,
+        key_warnings,
+        listen_problem,
+        resolve_secrets,
+    )
 
     if args.config is not None:
         settings = _file_settings(args)
@@ -123,6 +132,8 @@ def proxy(args: argparse.Namespace) -> int:
             for line in describe(settings):
                 print(one_line(line))
             return EXIT_OK
+        for line in key_warnings(settings):
+            print(f"lockgate proxy: {one_line(line)}", file=sys.stderr, flush=True)
         for value in values:
             SECRETS.append(value)
         for variable in variables:
@@ -138,6 +149,15 @@ def proxy(args: argparse.Namespace) -> int:
         token = (
             _read_secret(args.client_token_env, "client token") if args.client_token_env else None
         )
+        if api_key is not None and token is not None:
+            from ..credentials import same_secret
+
+            if same_secret(api_key, token):
+                raise UsageError(
+                    f"--client-token-env {args.client_token_env}: the same value as "
+                    f"--api-key-env {args.api_key_env}: clients would hold the provider's key; "
+                    "give them a token of their own; the proxy did not start"
+                )
         resolved = _flag_settings(args, host, api_key, token, redact)
         if args.check:
             for line in describe(resolved):
@@ -150,30 +170,50 @@ def proxy(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(args, resolved))
 
 
-# The flags that set what a config file sets: refused beside `--config`.
-_FILE_SETTINGS = (
-    "api_key_env",
-    "client_token_env",
-    "allow_host",
-    "key_on_any_path",
-    "record",
-)
+# The flags that are settings of a config file, and the key each is there: refused beside
+# `--config` (the file is the one place a setting is written; a flag beside it would be
+# either ignored or a second source of the same setting).
+_FILE_KEYS = {
+    "--host": "listen.host",
+    "--port": "listen.port",
+    "--allow-remote": "allow_remote",
+    "--client-token-env": "client_token",
+    "--allow-host": "allow_hosts",
+    "--key-on-any-path": "key_on_any_path",
+    "--max-streams": "max_streams",
+    "--max-held-bytes": "max_held_bytes",
+    "--head-timeout": "head_timeout",
+    "--api-key-env": "routes[].key",
+    "--hold": "routes[].hold",
+    "--validate-schemas": "routes[].validate_schemas",
+    "--no-validate-schemas": "routes[].validate_schemas",
+    "--idle-timeout": "routes[].idle_timeout",
+    "--deadline": "routes[].deadline",
+    "--keepalive": "routes[].keepalive",
+    "--retries": "routes[].retries.attempts",
+    "--retry-max-wait": "routes[].retries.max_wait",
+    **{"--" + name.replace("_", "-"): f"routes[].limits.{name}" for name in LIMIT_HELP},
+}
 
 
 def _file_settings(args: argparse.Namespace) -> ProxySettings:
+    """The config file's settings, with `--record DIR` (and `--redact-env`) applied: they
+    are no setting of the file. Any flag that is (`_FILE_KEYS`) is a usage error."""
     from ..proxy.config import ConfigError, load_settings
+    from .run import check_recording
 
-    given = [
-        "--" + name.replace("_", "-")
-        for name in _FILE_SETTINGS
-        if getattr(args, name, None) not in (None, False, [], ())
-    ]
+    given = list(getattr(args, GIVEN_FILE_FLAGS, []))
     if given:
-        raise UsageError(f"{', '.join(given)}: set in the config file, not beside --config")
+        keys = ", ".join(dict.fromkeys(_FILE_KEYS.get(flag, flag) for flag in given))
+        raise UsageError(
+            f"{', '.join(given)}: set in the config file ({keys}), not beside --config"
+        )
+    redact = tuple(check_recording(args))  # `--record DIR`, `--redact-env NAME` first
     try:
-        return load_settings(args.config)
+        settings = load_settings(args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    return replace(settings, record=args.record, redact=redact)
 
 
 def _flag_settings(

@@ -1,11 +1,12 @@
 """`lockgate proxy --config FILE`: one proxy process for several providers.
 
-The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own). Every key is
-known, every value checked; an error is one line naming the file, the line and the key:
-`proxy.yaml:12: routes[1].key.header: must be one of authorization, x-api-key, api-key,
-x-goog-api-key`. `load_settings` reads it; `settings_from_flags` makes the same settings
-from the one-route flags (`--upstream URL` and the rest: the shorthand); `describe` says
-what a config means, one line per fact, without a secret (`--check`).
+The file is YAML (a mapping; no anchors or aliases, no tags beyond YAML's own; at most 1 MiB
+and 32 levels of nesting). Every key is known, every value checked; an error is one line
+naming the file, the line and the key: `proxy.yaml:12: routes[1].key.header: must be one of
+authorization, x-api-key, api-key, x-goog-api-key`. `load_settings` reads it;
+`settings_from_flags` makes the same settings from the one-route flags (`--upstream URL` and
+the rest: the shorthand); `describe` says what a config means, one line per fact, without a
+secret (`--check`).
 
 ```yaml
 listen: {host: 127.0.0.1, port: 8787}
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ..credentials import api_key_problem
+from ..credentials import api_key_problem, key_variable_problem, same_secret
 from ..files import FileProblem, read_regular
 from ..gate import GateLimits
 from .access import host_name_problem
@@ -55,6 +56,7 @@ __all__ = [
     "SecretSource",
     "UpstreamSettings",
     "describe",
+    "key_warnings",
     "listen_problem",
     "load_settings",
     "resolve_secrets",
@@ -80,6 +82,10 @@ DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measur
 # (transient) and the others go on.
 DEFAULT_MAX_HELD_BYTES = 256 * 1024 * 1024
 MAX_CONFIG_BYTES = 1024 * 1024
+# A config is 5 levels deep at most (routes[].fallbacks[].key.env); deeper is refused while
+# parsing, before PyYAML's scanner (whose cost grows with the square of the nesting) and its
+# recursive composer (RecursionError) get far.
+MAX_CONFIG_DEPTH = 32
 MAX_SECRET_FILE_BYTES = 64 * 1024
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -280,6 +286,9 @@ class ProxyConfig:
         for name, secret in (("api_key", self.api_key), ("client_token", self.client_token)):
             if secret is not None and (problem := api_key_problem(secret)) is not None:
                 raise ValueError(f"{name}: {problem}")
+        key, token = self.api_key, self.client_token
+        if key is not None and token is not None and same_secret(key, token):
+            raise ValueError(f"client_token: {_TOKEN_IS_KEY} default holds")
         self.settings()  # every other bound, checked where the settings check it
 
     def settings(self) -> ProxySettings:
@@ -385,10 +394,19 @@ def _compose(text: str, source: str) -> _Node:
     import yaml
 
     try:
+        depth = 0
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            line = event.start_mark.line + 1 if event.start_mark else 0
             if isinstance(event, yaml.AliasEvent):
-                line = event.start_mark.line + 1 if event.start_mark else 0
                 raise ConfigError(f"{source}:{line}: anchors and aliases are not allowed")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_CONFIG_DEPTH:  # before the parser's cost grows with it
+                    raise ConfigError(
+                        f"{source}:{line}: nested more than {MAX_CONFIG_DEPTH} levels deep"
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -549,6 +567,7 @@ def _secret(reader: _Reader, node: _Node, *, with_header: bool) -> tuple[SecretS
     if "env" in entries:
         name = reader.string(entries["env"])
         reader.check(entries["env"], None if _VARIABLE.fullmatch(name) else "not a variable name")
+        reader.check(entries["env"], key_variable_problem(name))
         return SecretSource(env=name), header
     file = reader.string(entries["file"])
     return SecretSource(file=Path(file)), header
@@ -674,7 +693,19 @@ def resolve_secrets(
         ]
         routes.append(replace(route, upstream=upstreams[0], fallbacks=tuple(upstreams[1:])))
     token = read(settings.client_token, "client_token")
+    if token is not None and token.value is not None:
+        for route in routes:
+            for upstream in (route.upstream, *route.fallbacks):
+                key = upstream.key.value if upstream.key is not None else None
+                if key is not None and same_secret(token.value, key):
+                    raise ConfigError(f"client_token: {_TOKEN_IS_KEY} {route.name} holds")
     return replace(settings, routes=tuple(routes), client_token=token), values, variables
+
+
+# A client token equal to a held key: every client would hold the provider's key.
+_TOKEN_IS_KEY = (
+    "clients would hold the provider's key: give them a token of their own, not the key route"
+)
 
 
 def listen_problem(settings: ProxySettings) -> str | None:
@@ -715,6 +746,8 @@ def describe(settings: ProxySettings) -> list[str]:
     ]
     if settings.allow_hosts:
         lines.append("host names allowed: " + ", ".join(settings.allow_hosts))
+    if settings.record is not None:
+        lines.append(f"recording: every exchange as a cassette in {settings.record}")
     for route in settings.routes:
         gating = route.gating
         lines.append(
@@ -726,6 +759,35 @@ def describe(settings: ProxySettings) -> list[str]:
         )
         for number, fallback in enumerate(route.fallbacks, 1):
             lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
+    lines.extend(key_warnings(settings))
+    return lines
+
+
+def key_warnings(settings: ProxySettings) -> list[str]:
+    """One line per route where some upstreams hold a key and others do not (`--check`
+    prints them, and the proxy says them when it starts): the client's own credentials go
+    to those that hold none, so there the client token is accepted only in
+    `x-lockgate-token`, never as the client's API key."""
+    lines = []
+    for route in settings.routes:
+        upstreams = (route.upstream, *route.fallbacks)
+        keyless = [
+            "its upstream" if index == 0 else f"fall-back {index}"
+            for index, upstream in enumerate(upstreams)
+            if upstream.key is None
+        ]
+        if keyless and len(keyless) < len(upstreams):
+            line = (
+                f"warning: route {route.name}: {' and '.join(keyless)} "
+                f"{'holds' if len(keyless) == 1 else 'hold'} no key while another upstream "
+                "of the route does: the client's own credentials go there"
+            )
+            if settings.client_token is not None:
+                line += (
+                    ", so clients must show the client token in x-lockgate-token (as their "
+                    "API key it is refused)"
+                )
+            lines.append(line)
     return lines
 
 

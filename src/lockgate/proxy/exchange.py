@@ -46,7 +46,7 @@ from ..http import ERROR_BODY_CAP_BYTES, describe
 from ..jsonlimits import TooComplex
 from ..providers.base import Provider
 from ..retry import RetryPolicy, standard_wait
-from .access import quoted
+from .access import Access, quoted
 from .config import ProxySettings, RouteSettings
 from .engine import (
     MAX_WHOLE_BYTES,
@@ -123,6 +123,7 @@ class ExchangeHost(Protocol):
     recorder: CassetteRecorder | None
     held: HeldBudget
     redact: Redactor
+    access: Access
 
     def speaker(self, entry: Provider | None, request: web.Request, path: str) -> Gateway: ...
 
@@ -359,17 +360,17 @@ class ProxyExchange:
         if upstream.model is not None and self.gateway is not None and self.parsed is not None:
             path, rewritten = self.gateway.with_model(path, self.parsed, upstream.model)
             body = json.dumps(rewritten).encode()
-        query: dict[str, str] | None = None
-        if upstream.key is not None and "key" in request.rel_url.query:
-            # A key in the query (Gemini's other place for it) is the client's: the proxy
-            # sends the one it holds, in its header.
-            query = {name: value for name, value in request.rel_url.query.items() if name != "key"}
-        url = upstream_url(upstream.url, path, query, request.rel_url.raw_query_string)
-        headers = upstream_headers(
-            request.headers,
-            request.headers.getall("connection", []),
-            key=upstream.key,
-            key_header=upstream.key_header or self.speaker.key_header,
+        # Per attempt: this upstream's held key replaces the client's credentials (a `key=`
+        # in the query too); the client token never goes, whichever upstream this is.
+        query = server.access.upstream_query(request.rel_url, held=upstream.key is not None)
+        url = upstream_url(upstream.url, path, None, query)
+        headers = server.access.without_token(
+            upstream_headers(
+                request.headers,
+                request.headers.getall("connection", []),
+                key=upstream.key,
+                key_header=upstream.key_header or self.speaker.key_header,
+            )
         )
         gating = self.route.settings.gating
         assert server.session is not None

@@ -8,8 +8,9 @@ before (`/v1`, a gateway's own); anything else (another path, another method) is
 request and passes to the upstream unchanged.
 
 The proxy routes a path in its plain form (`plain_path`): percent-escapes of unreserved
-characters decoded, as every server decodes them, so that `/v1/chat/complet%69ons` is gated
-as the Chat route it is. A path the upstream could route differently from the proxy (an
+characters and of `:` decoded, as every server decodes them, so that
+`/v1/chat/complet%69ons` and `/v1beta/models/x%3AstreamGenerateContent` are gated as the
+routes they are. A path the upstream could route differently from the proxy (an
 encoded `/` or `\\`, a dot segment, an empty segment, a `;`, a gated route in other
 letter case) is refused instead (`PathProblem`). Two more rules decide what the proxy serves
 at all: the key it holds goes only with model requests, model listings and token counts
@@ -89,6 +90,10 @@ class PathProblem(ValueError):
 
 
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# Decoded too: `:` (reserved, but it means the same escaped or not inside a path segment that
+# is not the first, and Google's servers decode `%3A` before routing `models/x:generateContent`:
+# left escaped, a Gemini or Vertex AI request would pass ungated).
+_DECODED = _UNRESERVED | {":"}
 _ESCAPE = re.compile(r"%(?:[0-9A-Fa-f]{2})?")
 # Escaped characters a server may decode before it routes, with a different route as result.
 _ROUTING = {"/": "an encoded '/'", "\\": "an encoded '\\'", "%": "an encoded '%'"}
@@ -96,7 +101,8 @@ _ROUTING = {"/": "an encoded '/'", "\\": "an encoded '\\'", "%": "an encoded '%'
 
 def plain_path(raw: str) -> str:
     """`raw` (the request target's path, as sent) with the escapes of unreserved characters
-    decoded (RFC 3986 §2.3: `%69` is `i`) and nothing else changed; `PathProblem` for a path
+    and of `:` decoded (RFC 3986 §2.3: `%69` is `i`; `%3A` is the `:` of Gemini's
+    `models/x:streamGenerateContent`) and nothing else changed; `PathProblem` for a path
     the upstream could route differently: an escape of `/`, `\\`, `%` or a control
     character, a `%` that begins no escape, a `\\` or `;`, a `.` or `..` segment (written
     plainly or escaped), an empty segment (`//`; a single trailing `/` is fine), or a
@@ -113,7 +119,7 @@ def plain_path(raw: str) -> str:
         if len(escape) == 1:
             raise PathProblem("a '%' that begins no escape")
         char = chr(int(escape[1:], 16))
-        if char in _UNRESERVED:
+        if char in _DECODED:
             return char
         if char in _ROUTING:
             raise PathProblem(_ROUTING[char])
@@ -139,20 +145,20 @@ def plain_path(raw: str) -> str:
 
 
 def takes_held_key(method: str, path: str) -> bool:
-    """Whether the key a proxy holds may go with this request (a plain path): a gated
-    protocol request, `GET …/models` or `GET …/models/{id}` (every SDK, Codex, Claude Code
-    list models), or a `POST` that counts or compacts a model request (each protocol's
-    `Gateway.keyed_paths`). Files, batches, stored responses, fine-tunes, an
-    organization's administration: none."""
-    if route(method, path) is not None:
-        return True
+    """Whether the key a proxy holds may go with this request (a plain path): `GET …/models`
+    or `GET …/models/{id}` (every SDK, Codex, Claude Code list models), or a `POST` to a
+    path of a protocol's API that makes, counts or compacts a model request (each
+    protocol's `Gateway.keyed_paths`: Anthropic's `/v1/messages`, not OpenAI's
+    `/v1/threads/{id}/messages`, which only ends like it; Gemini's `:countTokens`). Files,
+    batches, stored responses, fine-tunes, threads, an organization's administration:
+    none."""
     trimmed = path.rstrip("/")
     method = method.upper()
     if method == "GET":
         segments = trimmed.split("/")
         return segments[-1] == "models" or (len(segments) > 2 and segments[-2] == "models")
     return method == "POST" and any(
-        trimmed.endswith(gateway.keyed_paths) for _, gateway in _gateways()
+        gateway.keyed_paths.search(trimmed) is not None for _, gateway in _gateways()
     )
 
 

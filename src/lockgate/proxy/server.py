@@ -416,7 +416,8 @@ class ProxyServer:
                 f"the request path {quoted(raw_path)} could be routed differently upstream "
                 f"({path_problem}); send its plain form"
             )
-        if not self.access.authorized(request.headers, query):
+        as_key = None if served is None else all(item.key for item in served[0].upstreams)
+        if not self.access.authorized(request.headers, query, as_key=as_key):
             return 401, "the lockgate client token is missing or wrong"
         if served is None:
             prefixes = ", ".join(route.settings.prefix for route in self.routes)

@@ -87,7 +87,13 @@ class AnthropicGateway:
 
     key_header = "x-api-key"
 
-    keyed_paths = ("/messages/count_tokens",)
+    # `/v1/messages` (or `/messages` under an upstream URL that ends in `/v1`), its token
+    # count, and Vertex AI's `…/publishers/anthropic/models/{m}:rawPredict` (its token count
+    # is the model `count-tokens`).
+    keyed_paths = re.compile(
+        r"(?:^|/v1)/messages(?:/count_tokens)?$"
+        r"|/publishers/anthropic/models/[^/:]+:(?:streamRawPredict|rawPredict)$"
+    )
 
     def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
         return None

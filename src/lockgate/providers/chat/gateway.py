@@ -65,7 +65,9 @@ class ChatGateway:
 
     key_header = "authorization"
 
-    keyed_paths: tuple[str, ...] = ()
+    # Under any base (`/v1`, Azure's `/openai/deployments/{d}`, a gateway's own): the
+    # OpenAI-compatible servers mount it anywhere.
+    keyed_paths = re.compile(r"/chat/completions$")
 
     def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
         return None

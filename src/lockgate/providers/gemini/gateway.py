@@ -129,7 +129,12 @@ class GeminiGateway:
 
     key_header = "x-goog-api-key"
 
-    keyed_paths: tuple[str, ...] = ()
+    # A model's (or a Vertex AI endpoint's) `:generateContent`, `:streamGenerateContent` and
+    # `:countTokens` (Gemini CLI counts before it sends).
+    keyed_paths = re.compile(
+        r"/(?:(?:models|tunedModels)|endpoints)/[^/:]+"
+        r":(?:streamGenerateContent|generateContent|countTokens)$"
+    )
 
     def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
         return None

@@ -43,6 +43,7 @@ the `openai` SDK raises on.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -103,7 +104,8 @@ class ResponsesGateway:
 
     key_header = "authorization"
 
-    keyed_paths = ("/responses/input_tokens", "/responses/compact")
+    # Under any base, like Chat: a model request, its token count, its compaction.
+    keyed_paths = re.compile(r"/responses(?:/input_tokens|/compact)?$")
 
     def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
         """Resuming a response stream (`GET …/responses/{id}?stream=true`, `starting_after`
