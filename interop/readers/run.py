@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
 
 from interop.agents.run import launch_proxy
 from lockgate.conversation import ToolCall
@@ -248,11 +248,12 @@ class Upstream:
             return web.json_response({"error": {"message": "no such case"}}, status=404)
         self.requests.setdefault(model, payload)
         response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        third = max(1, len(body) // 3)
-        for start in range(0, len(body), third):
-            await response.write(body[start : start + third])
-        await response.write_eof()
+        with contextlib.suppress(ConnectionError, ClientConnectionResetError):
+            await response.prepare(request)
+            third = max(1, len(body) // 3)
+            for start in range(0, len(body), third):
+                await response.write(body[start : start + third])
+            await response.write_eof()
         return response
 
 
@@ -459,7 +460,7 @@ def classify(case: Case, reader: str) -> str:
     for kind, mutation, readers in KNOWN:
         if mutation in case.labels and reader in readers:
             return f"known: {kind}"
-    return NEW
+    return f"{NEW} ({case.label})"
 
 
 @dataclass(slots=True)
@@ -482,6 +483,7 @@ class Totals:
     log_mismatches: list[str] = field(default_factory=list)
     released: dict[str, str] = field(default_factory=dict)  # per proxy read: the decision
     missed: Counter[str] = field(default_factory=Counter)  # per reader: released calls not read
+    missed_by_mutation: Counter[tuple[str, str]] = field(default_factory=Counter)  # reads
 
 
 def _proxy_outcomes(lines: Sequence[str]) -> list[str]:
@@ -524,7 +526,7 @@ def judge(cases: Sequence[Case], served: Served) -> Totals:
                 _compare_direct(totals, case, job, result, served.results.get(
                     Job(job.case, job.reader, "direct").model
                 ))
-    logged = _proxy_outcomes(served.proxy_log)
+    logged = [o for o in _proxy_outcomes(served.proxy_log) if o in ("passed", "withheld", "refused")]
     if Counter(logged) != Counter(decided):
         totals.log_mismatches.append(
             f"the proxy logged {dict(Counter(logged))}, the engine on the same bytes decided "
@@ -544,7 +546,10 @@ def _compare(
 ) -> None:
     wrong: list[str] = []
     grammar: list[str] = []
-    for where in ("calls", "executed", "seen"):
+    # What a reader held when it raised counts only in a refused stream (any call there is
+    # one the gate withheld); in an accepted one it is a partial state no client acts on.
+    wheres = ("calls", "executed") if released is not None else ("calls", "executed", "seen")
+    for where in wheres:
         for call in result.get(where) or []:
             if not isinstance(call, dict):
                 continue
@@ -556,9 +561,11 @@ def _compare(
                 grammar.append(f"{where} {describe_call(call)}")
     if released is not None and not result.get("error"):
         ended = [c for c in (result.get("calls") or []) if isinstance(c, dict)]
-        totals.missed[job.reader] += sum(
-            1 for kept in released if not any(matches(c, kept) for c in ended)
-        )
+        missed = sum(1 for kept in released if not any(matches(c, kept) for c in ended))
+        totals.missed[job.reader] += missed
+        if missed:
+            for name in case.labels or (UNMUTATED,):
+                totals.missed_by_mutation[(job.reader, name)] += 1
     gate = (
         "refused" if released is None else "released " + (
             ", ".join(describe_released(c) for c in released) or "no call"
@@ -619,6 +626,10 @@ def report(
         "released calls a reader ended without (not findings), per reader: "
         f"{dict(sorted(totals.missed.items()))}"
     )
+    if totals.missed_by_mutation:
+        print("reads that ended without a released call, per reader x mutation (not findings):")
+        for (reader, name), count in sorted(totals.missed_by_mutation.items()):
+            print(f"  {reader} x {name}: {count}")
     for line in [*served.problems, *totals.log_mismatches, *broken]:
         print(f"problem: {line}")
     if served.unknown:

@@ -226,6 +226,8 @@ def _responses_rewrite(frames: list[_Frame], transform: Callable[[object], str |
         if kind == "response.function_call_arguments.done" and payload.get("item_id") == item_id:
             payload["arguments"] = new
             frame.changed = True
+        if kind == "response.output_item.added":
+            continue  # its arguments are the start the deltas add to
         items = [_dict(payload.get("item"))]
         items += [_dict(i) for i in _list(_dict(payload.get("response") or {}).get("output"))]
         for item in items:
