@@ -57,12 +57,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from aiohttp import ClientConnectionResetError, web
+from tests.proxy.differential import CORPUS, MUTATIONS, Recording, load
+from tests.proxy.support import gate_stream, run
 
 from interop.agents.run import launch_proxy
 from lockgate.conversation import ToolCall
 from lockgate.proxy import Accepted, GatingOptions
-from tests.proxy.differential import CORPUS, MUTATIONS, Recording, load
-from tests.proxy.support import gate_stream, run
 
 from .shapes import SHAPES, Shape, custom_grammar_violation
 
@@ -94,8 +94,16 @@ NEW = "NEW"
 # the readers it shows in; anything else is NEW.
 KNOWN: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("NaN: the AI SDK drops the chunk", "args NaN/Infinity", frozenset({"ai-sdk"})),
-    ("Chat index null: openai-node drops the fragment", "chat index null", frozenset({"openai-node"})),
-    ("Anthropic start input: the SDK ends with other input", "anthropic start input", frozenset(READER_NAMES)),
+    (
+        "Chat index null: openai-node drops the fragment",
+        "chat index null",
+        frozenset({"openai-node"}),
+    ),
+    (
+        "Anthropic start input: the SDK ends with other input",
+        "anthropic start input",
+        frozenset(READER_NAMES),
+    ),
     ("Responses call without output_item.done", "responses no item done", frozenset(READER_NAMES)),
 )
 GRAMMAR = "custom tool grammar not checked"
@@ -246,7 +254,7 @@ class Upstream:
         if body is None or not isinstance(payload, dict):
             self.unknown += 1
             return web.json_response({"error": {"message": "no such case"}}, status=404)
-        self.requests.setdefault(model, payload)
+        self.requests.setdefault(str(model), payload)
         response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream"})
         with contextlib.suppress(ConnectionError, ClientConnectionResetError):
             await response.prepare(request)
@@ -324,10 +332,8 @@ async def run_batch(
     except TimeoutError:
         problem = f"node ran out of {limit:.0f} s"
         _kill_group(process.pid, signal.SIGTERM)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), 3)
-        except TimeoutError:
-            pass
     finally:
         _kill_group(process.pid, signal.SIGKILL)
         if process.returncode is None:
@@ -351,7 +357,7 @@ class Served:
     unknown: int
 
 
-async def serve(cases: Sequence[Case], cache: Path, batch: int, timeout: float) -> Served:
+async def serve(cases: Sequence[Case], cache: Path, batch: int, limit: float) -> Served:
     """Every job of every case through the proxy (and direct for the unmutated ones)."""
     all_jobs = [(job, case) for case in cases for job in jobs_for(case)]
     upstream = Upstream({job.model: case.body for job, case in all_jobs})
@@ -373,10 +379,12 @@ async def serve(cases: Sequence[Case], cache: Path, batch: int, timeout: float) 
         with tempfile.TemporaryDirectory(prefix="lockgate-readers-") as temporary:
             for start in range(0, len(cases), batch):
                 chosen = cases[start : start + batch]
-                jobs = [_node_job(j, c, proxy.url, upstream_url) for c in chosen for j in jobs_for(c)]
+                jobs = [
+                    _node_job(j, c, proxy.url, upstream_url) for c in chosen for j in jobs_for(c)
+                ]
                 folder = Path(temporary) / f"batch-{start}"
                 folder.mkdir()
-                found, problem = await run_batch(cache, jobs, folder, timeout + 15 * len(jobs))
+                found, problem = await run_batch(cache, jobs, folder, limit + 15 * len(jobs))
                 results.update(found)
                 if problem is not None:
                     problems.append(f"cases {start}-{start + len(chosen) - 1}: {problem}")
@@ -404,7 +412,9 @@ class _Reads:
         pass
 
 
-GATING = GatingOptions(validate_schemas=True, idle_timeout=3600.0, deadline=3600.0, keepalive_interval=3600.0)
+GATING = GatingOptions(
+    validate_schemas=True, idle_timeout=3600.0, deadline=3600.0, keepalive_interval=3600.0
+)
 
 
 async def _decide(
@@ -460,7 +470,8 @@ def classify(case: Case, reader: str) -> str:
     for kind, mutation, readers in KNOWN:
         if mutation in case.labels and reader in readers:
             return f"known: {kind}"
-    return f"{NEW} ({case.label})"
+    suspects = [name for name in case.labels if name in SHAPES] or list(case.labels)
+    return f"{NEW} ({' + '.join(suspects) or UNMUTATED})"
 
 
 @dataclass(slots=True)
@@ -484,6 +495,8 @@ class Totals:
     released: dict[str, str] = field(default_factory=dict)  # per proxy read: the decision
     missed: Counter[str] = field(default_factory=Counter)  # per reader: released calls not read
     missed_by_mutation: Counter[tuple[str, str]] = field(default_factory=Counter)  # reads
+    refused_reads: Counter[str] = field(default_factory=Counter)  # per reader
+    silent_refusals: Counter[str] = field(default_factory=Counter)  # refused, read without error
 
 
 def _proxy_outcomes(lines: Sequence[str]) -> list[str]:
@@ -523,10 +536,16 @@ def judge(cases: Sequence[Case], served: Served) -> Totals:
             totals.decisions[outcome] += 1
             _compare(totals, case, job, result, request, released, outcome)
             if not case.labels and released is not None:
-                _compare_direct(totals, case, job, result, served.results.get(
-                    Job(job.case, job.reader, "direct").model
-                ))
-    logged = [o for o in _proxy_outcomes(served.proxy_log) if o in ("passed", "withheld", "refused")]
+                _compare_direct(
+                    totals,
+                    case,
+                    job,
+                    result,
+                    served.results.get(Job(job.case, job.reader, "direct").model),
+                )
+    logged = [
+        o for o in _proxy_outcomes(served.proxy_log) if o in ("passed", "withheld", "refused")
+    ]
     if Counter(logged) != Counter(decided):
         totals.log_mismatches.append(
             f"the proxy logged {dict(Counter(logged))}, the engine on the same bytes decided "
@@ -559,6 +578,10 @@ def _compare(
                 request, str(call.get("name")), str(call.get("raw"))
             ):
                 grammar.append(f"{where} {describe_call(call)}")
+    if released is None:
+        totals.refused_reads[job.reader] += 1
+        if not result.get("error"):
+            totals.silent_refusals[job.reader] += 1
     if released is not None and not result.get("error"):
         ended = [c for c in (result.get("calls") or []) if isinstance(c, dict)]
         missed = sum(1 for kept in released if not any(matches(c, kept) for c in ended))
@@ -567,9 +590,9 @@ def _compare(
             for name in case.labels or (UNMUTATED,):
                 totals.missed_by_mutation[(job.reader, name)] += 1
     gate = (
-        "refused" if released is None else "released " + (
-            ", ".join(describe_released(c) for c in released) or "no call"
-        )
+        "refused"
+        if released is None
+        else "released " + (", ".join(describe_released(c) for c in released) or "no call")
     )
     if wrong:
         text = f"{job.reader} read {'; '.join(wrong)} — the gate ({outcome}) {gate}"
@@ -595,12 +618,14 @@ def _compare_direct(
 ) -> None:
     if _reading(proxied) == _reading(direct):
         return
+
     def show(result: dict[str, Any] | None) -> str:
         if result is None:
             return "no result"
         calls = [describe_call(c) for c in (result.get("calls") or []) if isinstance(c, dict)]
         error = f", error {_short(str(result['error']), 120)}" if result.get("error") else ""
         return f"calls [{', '.join(calls)}]{error}"
+
     text = f"{job.reader}: through the proxy {show(proxied)}; directly {show(direct)}"
     totals.findings.append(Finding(case, job.reader, DIRECT, text))
 
@@ -609,8 +634,14 @@ def _compare_direct(
 
 
 def report(
-    totals: Totals, cases: Sequence[Case], seed: int, budget: int, show: int, served: Served,
-    broken: Sequence[str], out: Path | None
+    totals: Totals,
+    cases: Sequence[Case],
+    seed: int,
+    budget: int,
+    show: int,
+    served: Served,
+    broken: Sequence[str],
+    out: Path | None,
 ) -> None:
     protocols = Counter(case.recording.protocol for case in cases)
     print(f"JS readers through lockgate proxy: seed {seed}, budget {budget}")
@@ -626,6 +657,12 @@ def report(
         "released calls a reader ended without (not findings), per reader: "
         f"{dict(sorted(totals.missed.items()))}"
     )
+    silent = ", ".join(
+        f"{reader} {totals.silent_refusals[reader]} of {totals.refused_reads[reader]}"
+        for reader in READER_NAMES
+        if totals.refused_reads[reader]
+    )
+    print(f"refused streams a reader ended without an error (not findings): {silent}")
     if totals.missed_by_mutation:
         print("reads that ended without a released call, per reader x mutation (not findings):")
         for (reader, name), count in sorted(totals.missed_by_mutation.items()):
@@ -658,7 +695,7 @@ def report(
         with (out / "reads.jsonl").open("w") as sink:
             for case in cases:
                 for job in jobs_for(case):
-                    line = {
+                    read = {
                         "case": case.number,
                         "recording": case.recording.name,
                         "mutations": list(case.labels),
@@ -667,7 +704,7 @@ def report(
                         "gate": totals.released.get(job.model),
                         "result": served.results.get(job.model),
                     }
-                    sink.write(json.dumps(line) + "\n")
+                    sink.write(json.dumps(read) + "\n")
         print(f"every read written to {out / 'reads.jsonl'}")
     if out is not None and totals.findings:
         folder = out / "cases"
@@ -685,9 +722,7 @@ def report(
                     for f in totals.findings
                     if f.case.number == number
                 ],
-                "results": {
-                    job.model: served.results.get(job.model) for job in jobs_for(case)
-                },
+                "results": {job.model: served.results.get(job.model) for job in jobs_for(case)},
             }
             (folder / f"case-{number}.json").write_text(json.dumps(record, indent=1))
         print(f"cases with a finding written to {folder}")
@@ -703,21 +738,25 @@ class _Arguments(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _Arguments(
         prog="python -m interop.readers.run",
-        description="Mutated real recordings through lockgate proxy, read by the real JS libraries.",
+        description="Mutated real recordings through lockgate proxy, read by real JS libraries.",
     )
     parser.add_argument("--budget", type=int, default=200, help="cases (default 200)")
     parser.add_argument("--seed", type=int, default=0, help="the random seed")
     parser.add_argument("--show", type=int, default=20, help="findings to print (default 20)")
     parser.add_argument("--batch", type=int, default=100, help="cases per node process")
     parser.add_argument("--unmutated", type=float, default=0.2, help="share of unmutated cases")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per node batch, plus 15 per read")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds per node batch, plus 15 per read"
+    )
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
     parser.add_argument("--cache", type=Path, default=None, help="the npm folder")
     parser.add_argument("--out", type=Path, default=None, help="where cases with a finding go")
     parser.add_argument("--no-install", action="store_true", help="never run npm")
     args = parser.parse_args(argv)
     if args.budget < 1 or args.show < 0 or args.batch < 1 or args.timeout <= 0:
-        parser.error("--budget and --batch must be at least 1, --show not negative, --timeout positive")
+        parser.error(
+            "--budget and --batch must be at least 1, --show not negative, --timeout positive"
+        )
     if not 0.0 <= args.unmutated <= 1.0 or math.isnan(args.unmutated):
         parser.error("--unmutated must be between 0 and 1")
     corpus: Path = args.corpus

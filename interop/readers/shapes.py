@@ -91,6 +91,11 @@ def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _at(value: object, key: str) -> Any:
+    """`value[key]` where `value` is an object holding it, else None."""
+    return value.get(key) if isinstance(value, dict) else None
+
+
 # --- odd values inside a call's arguments ----------------------------------------------------
 
 
@@ -129,7 +134,9 @@ def _nan(rng: random.Random, value: object) -> str | None:
 
 
 def _big_integer(rng: random.Random, value: object) -> str | None:
-    token = rng.choice(["9007199254740993", "123456789012345678901234567890", "-9223372036854775809"])
+    token = rng.choice(
+        ["9007199254740993", "123456789012345678901234567890", "-9223372036854775809"]
+    )
     return _with_token(rng, value, float, token)
 
 
@@ -168,16 +175,15 @@ def _chat_rewrite(frames: list[_Frame], transform: Callable[[object], str | None
     wanted: int | None = None
     for frame in frames:
         payload = frame.payload
-        for choice in _list(payload.get("choices") if payload else None):
-            delta = _dict(_dict(choice).get("delta") if _dict(choice) else None)
-            for entry in _list(delta.get("tool_calls") if delta else None):
-                function = _dict(_dict(entry).get("function") if _dict(entry) else None)
+        for choice in _list(_at(payload, "choices")):
+            for entry in _list(_at(_at(choice, "delta"), "tool_calls")):
+                function = _dict(_at(entry, "function"))
                 if function is None or not isinstance(function.get("arguments"), str):
                     continue
                 index = entry.get("index")
                 if wanted is None:
                     wanted = index if isinstance(index, int) else -1
-                if index == wanted or wanted == -1 and not fragments:
+                if index == wanted or (wanted == -1 and not fragments):
                     fragments.append(function)
                     owners.append(frame)
     if not fragments:
@@ -197,10 +203,10 @@ def _responses_rewrite(frames: list[_Frame], transform: Callable[[object], str |
     for frame in frames:
         payload = frame.payload or {}
         item = _dict(payload.get("item"))
-        if payload.get("type") == "response.output_item.added" and item is not None:
-            if item.get("type") == "function_call":
-                item_id = item.get("id")
-                break
+        added = payload.get("type") == "response.output_item.added"
+        if added and item is not None and item.get("type") == "function_call":
+            item_id = item.get("id")
+            break
     if item_id is None:
         return False
     deltas = [
@@ -219,17 +225,17 @@ def _responses_rewrite(frames: list[_Frame], transform: Callable[[object], str |
         frame.payload["delta"] = new if place == 0 else ""
         frame.changed = True
     for frame in frames:
-        payload = frame.payload
-        if payload is None:
+        event = frame.payload
+        if event is None:
             continue
-        kind = payload.get("type")
-        if kind == "response.function_call_arguments.done" and payload.get("item_id") == item_id:
-            payload["arguments"] = new
+        kind = event.get("type")
+        if kind == "response.function_call_arguments.done" and event.get("item_id") == item_id:
+            event["arguments"] = new
             frame.changed = True
         if kind == "response.output_item.added":
             continue  # its arguments are the start the deltas add to
-        items = [_dict(payload.get("item"))]
-        items += [_dict(i) for i in _list(_dict(payload.get("response") or {}).get("output"))]
+        items = [_dict(event.get("item"))]
+        items += [_dict(i) for i in _list(_at(event.get("response"), "output"))]
         for item in items:
             if item is not None and item.get("id") == item_id and "arguments" in item:
                 item["arguments"] = new
@@ -242,7 +248,11 @@ def _anthropic_rewrite(frames: list[_Frame], transform: Callable[[object], str |
     for frame in frames:
         payload = frame.payload or {}
         block = _dict(payload.get("content_block"))
-        if payload.get("type") == "content_block_start" and block and block.get("type") == "tool_use":
+        if (
+            payload.get("type") == "content_block_start"
+            and block
+            and block.get("type") == "tool_use"
+        ):
             index = payload.get("index")
             break
     if index is None:
@@ -251,9 +261,9 @@ def _anthropic_rewrite(frames: list[_Frame], transform: Callable[[object], str |
     for frame in frames:
         payload = frame.payload or {}
         delta = _dict(payload.get("delta"))
-        if payload.get("type") == "content_block_delta" and payload.get("index") == index:
-            if delta is not None and delta.get("type") == "input_json_delta":
-                deltas.append((frame, delta))
+        right = payload.get("type") == "content_block_delta" and payload.get("index") == index
+        if right and delta is not None and delta.get("type") == "input_json_delta":
+            deltas.append((frame, delta))
     if not deltas:
         return False
     new = transform(_parse("".join(str(d.get("partial_json", "")) for _, d in deltas)))
@@ -269,8 +279,7 @@ def _gemini_parts(frame: _Frame) -> list[dict[str, Any]]:
     payload = frame.payload or {}
     found = []
     for candidate in _list(payload.get("candidates")):
-        content = _dict(_dict(candidate).get("content") if _dict(candidate) else None)
-        found += [p for p in _list(content.get("parts") if content else None) if _dict(p)]
+        found += [p for p in _list(_at(_at(candidate, "content"), "parts")) if _dict(p)]
     return found
 
 
@@ -317,15 +326,16 @@ def _chat_entries(frames: list[_Frame]) -> list[tuple[_Frame, dict[str, Any]]]:
     found = []
     for frame in frames:
         payload = frame.payload
-        for choice in _list(payload.get("choices") if payload else None):
-            delta = _dict(_dict(choice).get("delta") if _dict(choice) else None)
-            for entry in _list(delta.get("tool_calls") if delta else None):
+        for choice in _list(_at(payload, "choices")):
+            for entry in _list(_at(_at(choice, "delta"), "tool_calls")):
                 if isinstance(entry, dict):
                     found.append((frame, entry))
     return found
 
 
-def _chat_shape(change: Callable[[random.Random, list[tuple[_Frame, dict[str, Any]]]], bool]) -> Shape:
+def _chat_shape(
+    change: Callable[[random.Random, list[tuple[_Frame, dict[str, Any]]]], bool],
+) -> Shape:
     def shape(
         rng: random.Random, protocol: str, request: dict[str, Any], body: bytes
     ) -> tuple[dict[str, Any], bytes] | None:
@@ -340,7 +350,9 @@ def _chat_shape(change: Callable[[random.Random, list[tuple[_Frame, dict[str, An
     return shape
 
 
-def _continuations(entries: list[tuple[_Frame, dict[str, Any]]]) -> list[tuple[_Frame, dict[str, Any]]]:
+def _continuations(
+    entries: list[tuple[_Frame, dict[str, Any]]],
+) -> list[tuple[_Frame, dict[str, Any]]]:
     later = [pair for pair in entries if not pair[1].get("id")]
     return later or entries
 
@@ -370,7 +382,7 @@ def _new_id_at_index(rng: random.Random, entries: list[tuple[_Frame, dict[str, A
 
 
 def _indexes_moved(rng: random.Random, entries: list[tuple[_Frame, dict[str, Any]]]) -> bool:
-    indexes = sorted({e.get("index") for _, e in entries if isinstance(e.get("index"), int)})
+    indexes = sorted({e["index"] for _, e in entries if isinstance(e.get("index"), int)})
     if not indexes:
         return False
     top = max(indexes)
@@ -452,7 +464,7 @@ def _responses_namespace(
         if payload is None:
             continue
         items = [_dict(payload.get("item"))]
-        items += [_dict(i) for i in _list(_dict(payload.get("response") or {}).get("output"))]
+        items += [_dict(i) for i in _list(_at(payload.get("response"), "output"))]
         for item in items:
             if item is not None and item.get("type") == "function_call":
                 item["namespace"] = item.get("name") if own else "lg_ns"
@@ -497,9 +509,23 @@ def _responses_custom_tool(
     }
     index = len(output)
     events: list[dict[str, Any]] = [
-        {"type": "response.output_item.added", "output_index": index, "item": {**item, "input": ""}},
-        {"type": "response.custom_tool_call_input.delta", "output_index": index, "item_id": "ctc_lg", "delta": text},
-        {"type": "response.custom_tool_call_input.done", "output_index": index, "item_id": "ctc_lg", "input": text},
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "input": ""},
+        },
+        {
+            "type": "response.custom_tool_call_input.delta",
+            "output_index": index,
+            "item_id": "ctc_lg",
+            "delta": text,
+        },
+        {
+            "type": "response.custom_tool_call_input.done",
+            "output_index": index,
+            "item_id": "ctc_lg",
+            "input": text,
+        },
         {"type": "response.output_item.done", "output_index": index, "item": item},
     ]
     output.append(item)
@@ -511,7 +537,11 @@ def _responses_custom_tool(
         added.changed = True
         inserted.append(added)
     frames[place:place] = inserted
-    tools = [t for t in request.get("tools", []) if isinstance(t, dict)] if isinstance(request.get("tools"), list) else []
+    tools = (
+        [t for t in request.get("tools", []) if isinstance(t, dict)]
+        if isinstance(request.get("tools"), list)
+        else []
+    )
     declared = {
         "type": "custom",
         "name": CUSTOM_TOOL,
