@@ -511,7 +511,7 @@ def _proxy_outcomes(lines: Sequence[str]) -> list[str]:
 
 def judge(cases: Sequence[Case], served: Served) -> Totals:
     totals = Totals(cases=len(cases))
-    decided: list[str] = []
+    decided: list[tuple[str, str]] = []  # (case and reader, the engine's decision)
     for case in cases:
         for name in case.labels or (UNMUTATED,):
             totals.by_mutation[name] += 1
@@ -529,7 +529,7 @@ def judge(cases: Sequence[Case], served: Served) -> Totals:
             if request is None:
                 continue  # the reader sent nothing (it raised before): nothing to compare
             outcome, released = run(_decide(case.recording.protocol, request, case.body))
-            decided.append(outcome)
+            decided.append((f"case {case.number} {job.reader}", outcome))
             totals.released[job.model] = outcome + (
                 "" if released is None else ": " + ", ".join(describe_released(c) for c in released)
             )
@@ -543,13 +543,19 @@ def judge(cases: Sequence[Case], served: Served) -> Totals:
                     result,
                     served.results.get(Job(job.case, job.reader, "direct").model),
                 )
-    logged = [
-        o for o in _proxy_outcomes(served.proxy_log) if o in ("passed", "withheld", "refused")
-    ]
-    if Counter(logged) != Counter(decided):
+    # node reads one case after another, so the proxy logs the requests in the order they
+    # were sent; those it rejected before going upstream never reached the upstream.
+    logged = [o for o in _proxy_outcomes(served.proxy_log) if o != "rejected"]
+    if len(logged) == len(decided):
+        for (label, outcome), proxy_said in zip(decided, logged, strict=True):
+            if outcome != proxy_said:
+                totals.log_mismatches.append(
+                    f"{label}: the proxy logged {proxy_said}, the engine decided {outcome}"
+                )
+    else:
         totals.log_mismatches.append(
-            f"the proxy logged {dict(Counter(logged))}, the engine on the same bytes decided "
-            f"{dict(Counter(decided))}"
+            f"the proxy logged {len(logged)} judged requests, the upstream saw {len(decided)}: "
+            f"{dict(Counter(logged))} against {dict(Counter(o for _, o in decided))}"
         )
     return totals
 
@@ -692,6 +698,7 @@ def report(
             f"[{case.label}]: {finding.text}"
         )
     if out is not None:
+        (out / "proxy.log").write_text("".join(line + "\n" for line in served.proxy_log))
         with (out / "reads.jsonl").open("w") as sink:
             for case in cases:
                 for job in jobs_for(case):
