@@ -672,7 +672,9 @@ def report(
     if totals.missed_by_mutation:
         print("reads that ended without a released call, per reader x mutation (not findings):")
         for (reader, name), count in sorted(totals.missed_by_mutation.items()):
-            print(f"  {reader} x {name}: {count}")
+            known = [kind for kind, mutation, _ in KNOWN if mutation == name]
+            note = f" (known: {known[0]})" if known else ""
+            print(f"  {reader} x {name}: {count}{note}")
     for line in [*served.problems, *totals.log_mismatches, *broken]:
         print(f"problem: {line}")
     if served.unknown:
