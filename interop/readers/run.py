@@ -340,7 +340,9 @@ async def run_batch(
             await process.wait()
     results: dict[str, dict[str, Any]] = {}
     with contextlib.suppress(OSError):
-        for line in results_path.read_text(errors="replace").splitlines():
+        # "\n" only: JSON.stringify leaves U+2028, U+0085 and the like unescaped, and
+        # str.splitlines would split a line on them.
+        for line in results_path.read_text(errors="replace").split("\n"):
             with contextlib.suppress(ValueError):
                 value = json.loads(line)
                 if isinstance(value, dict) and isinstance(value.get("key"), str):
