@@ -106,3 +106,63 @@ def test_chat_mistral_index_less_whole_calls_in_one_array_still_pass() -> None:
         [_call("absent", "QAw0JBXkB", "read", READ), _call("absent", "HlyhI5zAI", "discover", "{}")]
     )
     _released("chat", body, 2)
+
+
+# --- Anthropic Messages ----------------------------------------------------------------------
+
+
+def _anthropic(block: dict[str, Any], deltas: list[str]) -> list[bytes]:
+    def frame(name: str, data: dict[str, Any]) -> bytes:
+        return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    }
+    body = [
+        frame("message_start", {"type": "message_start", "message": message}),
+        frame(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
+    ]
+    for piece in deltas:
+        delta = {"type": "input_json_delta", "partial_json": piece}
+        body.append(
+            frame(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+        )
+    body.append(frame("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    stop = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "tool_use"},
+        "usage": {"output_tokens": 9},
+    }
+    body.append(frame("message_delta", stop))
+    body.append(frame("message_stop", {"type": "message_stop"}))
+    return body
+
+
+@pytest.mark.parametrize("deltas", [[], [""], [READ]])
+def test_anthropic_a_tool_use_with_a_start_input_is_withheld(deltas: list[str]) -> None:
+    # anthropic-python keeps the start input, @anthropic-ai/sdk reads `{}` after an empty
+    # delta, litellm `{}` always, the AI SDK the start input and the deltas run together.
+    block = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}}
+    _refused("anthropic", _anthropic(block, deltas), "lifecycle")
+
+
+def test_anthropic_a_tool_use_without_any_input_is_withheld() -> None:
+    # anthropic-python reads None, @anthropic-ai/sdk undefined, litellm and the AI SDK {}.
+    block = {"type": "tool_use", "id": "toolu_1", "name": "discover"}
+    _refused("anthropic", _anthropic(block, []), "lifecycle")
+
+
+def test_anthropic_a_tool_use_that_starts_empty_still_passes() -> None:
+    block = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}
+    _released("anthropic", _anthropic(block, [READ[:9], READ[9:]]), 1)
