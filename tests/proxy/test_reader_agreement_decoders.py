@@ -9,17 +9,21 @@ reads alike (Mistral's index-less whole calls in one array, a `tool_use` that st
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
 
+from lockgate.providers.responses.render import ResponseBuilder
 from lockgate.proxy import Accepted, Refused
+from lockgate.scripted.script import Turn
 
 from .support import (
     Chunks,
     ends_with_refusal,
     gate_stream,
+    gate_turn,
     oracle_chunks,
     request_for,
     run,
@@ -166,3 +170,51 @@ def test_anthropic_a_tool_use_without_any_input_is_withheld() -> None:
 def test_anthropic_a_tool_use_that_starts_empty_still_passes() -> None:
     block = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}
     _released("anthropic", _anthropic(block, [READ[:9], READ[9:]]), 1)
+
+
+# --- OpenAI Responses ------------------------------------------------------------------------
+
+
+def _without_call_done(builder: ResponseBuilder) -> Turn:
+    events = [
+        copy.deepcopy(event)
+        for event in builder.events
+        if not (
+            event.get("type") == "response.output_item.done"
+            and event["item"].get("type") in ("function_call", "custom_tool_call")
+        )
+    ]
+    return Turn(events=tuple(events))
+
+
+def test_responses_a_function_call_without_its_item_done_is_withheld() -> None:
+    # The AI SDK emits the call only at its `output_item.done`: without it, no call and
+    # finish `stop`; openai-python and openai-node read the snapshot's call.
+    builder = ResponseBuilder("resp_nodone").created().text("msg_1", "Reading.")
+    builder.call("fc_1", "call_1", "read", {"path": "README.md"}).completed()
+    request = request_for("responses")
+    gated = run(gate_turn("responses", _without_call_done(builder), request))
+    assert isinstance(gated.outcome, Refused)
+    assert gated.outcome.refusal.kind == "lifecycle"
+    assert tool_events(gated.output) == []
+    assert ends_with_refusal(gated.output, "responses")
+    # With it, released.
+    gated = run(gate_turn("responses", builder.turn(), request))
+    assert isinstance(gated.outcome, Accepted)
+
+
+def test_responses_a_custom_tool_call_without_its_item_done_is_withheld() -> None:
+    builder = ResponseBuilder("resp_nodone").created()
+    builder.custom_call("ctc_1", "call_exec", "exec", "touch /tmp/marker").completed()
+    request = {
+        "model": "m",
+        "stream": True,
+        "input": "run it",
+        "tools": [{"type": "custom", "name": "exec", "format": {"type": "text"}}],
+    }
+    gated = run(gate_turn("responses", _without_call_done(builder), request))
+    assert isinstance(gated.outcome, Refused)
+    assert gated.outcome.refusal.kind == "lifecycle"
+    assert tool_events(gated.output) == []
+    gated = run(gate_turn("responses", builder.turn(), request))
+    assert isinstance(gated.outcome, Accepted)
