@@ -81,8 +81,8 @@ def completed_after_added(output: list[Any]) -> object:
     decoder = ResponsesDecoder()
     for place, item in enumerate(output):
         for stage in ("added", "done"):
-            event = {"type": f"response.output_item.{stage}", "output_index": place, "item": item}
-            decoder.decode(ServerSentEvent(None, json.dumps(event).encode()))
+            state = {"type": f"response.output_item.{stage}", "output_index": place, "item": item}
+            decoder.decode(ServerSentEvent(None, json.dumps(state).encode()))
     response = {"id": "r", "status": "completed", "output": output}
     terminal = {"type": "response.completed", "response": response}
     [event] = decoder.decode(ServerSentEvent(None, json.dumps(terminal).encode()))
