@@ -5,9 +5,11 @@ that proves it); this module implements it. In short: a decision only when THE c
 `finish_reason` arrived and the stream then ended cleanly (`[DONE]`, or a clean end of body
 for servers without it); the finish covers only what came before or with it (a later call
 fragment fails, other later content only passes with the same finish restated); the first
-choice index named is THE choice and any other fails; calls are routed by index and id, ids
-and names set, never concatenated, synthesized where absent;
-errors inside the stream, failing finishes and anything after the end fail closed.
+choice index named is THE choice and any other fails; calls open at index 0, 1, 2 … in
+order (or come index-less, whole, in the stream's one `tool_calls` array), and any shape the
+common readers would read as other calls fails (issue 27); ids and names are set, never
+concatenated, synthesized where absent; errors inside the stream, failing finishes and
+anything after the end fail closed.
 
 Chat has no terminal snapshot: the gate builds the decision from the streamed parts. The
 decoder checks shapes (a field of the wrong type is `malformed_event`) and leaves lifecycle
