@@ -357,16 +357,63 @@ def test_empty_partial_json_means_an_empty_object() -> None:
     assert (call.name, dict(call.arguments), call.arguments_json) == ("discover", {}, "{}")
 
 
-def test_without_fragments_the_start_input_is_the_input() -> None:
+@pytest.mark.parametrize(
+    "deltas",
+    [[], [""], ['{"path": "calculator.py"}']],
+    ids=["no delta", "an empty delta", "an input streamed too"],
+)
+def test_a_tool_use_that_starts_with_a_non_empty_input_is_refused(deltas: list[str]) -> None:
+    # Issue 27: the API starts every tool_use with `input: {}` (every recording does). With
+    # a start input the readers disagree: anthropic-python kept it, @anthropic-ai/sdk read
+    # `{}` after an empty delta, litellm `{}` always, the AI SDK prefixed it to the deltas.
     start = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "README.md"}}
     events = [
         start_event(),
         block_start(0, start),
+        *(delta(0, type="input_json_delta", partial_json=piece) for piece in deltas),
         stop(0),
         message_delta("tool_use"),
         MESSAGE_STOP,
     ]
-    assert dict(decide(events).message.tool_calls[0].arguments) == {"path": "README.md"}
+    failure = fails(events)
+    assert failure.kind is FailureKind.LIFECYCLE
+    assert "tool_use 'toolu_1' starts with a non-empty input" in failure.message
+
+
+def test_a_tool_use_without_any_input_is_refused() -> None:
+    # No `input` at the start and none streamed: anthropic-python read None,
+    # @anthropic-ai/sdk undefined, litellm and the AI SDK `{}`.
+    events = [
+        start_event(),
+        block_start(0, {"type": "tool_use", "id": "toolu_1", "name": "discover"}),
+        stop(0),
+        message_delta("tool_use"),
+        MESSAGE_STOP,
+    ]
+    failure = fails(events)
+    assert failure.kind is FailureKind.LIFECYCLE
+    assert "carried no input" in failure.message
+    # Streamed, it is read alike.
+    events[2:2] = [delta(0, type="input_json_delta", partial_json="{}")]
+    assert dict(decide(events).message.tool_calls[0].arguments) == {}
+
+
+def test_a_provider_block_with_a_start_input_stays_opaque() -> None:
+    # server_tool_use blocks start with `input: {}` in every recording too, but no reader
+    # reads them as calls: they stay opaque, whatever their start.
+    block = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"}
+    events = [
+        start_event(),
+        block_start(0, {**block, "input": {"query": "lockgate"}}),
+        stop(0),
+        block_start(1, {"type": "text", "text": ""}),
+        delta(1, type="text_delta", text="Found it."),
+        stop(1),
+        message_delta("end_turn"),
+        MESSAGE_STOP,
+    ]
+    decision = decide(events)
+    assert decision.message.tool_calls == ()
 
 
 def test_empty_input_for_a_tool_with_required_parameters_is_rejected() -> None:

@@ -76,12 +76,13 @@ def test_decodes_lifecycle_and_deltas() -> None:
 
 
 def completed_after_added(output: list[Any]) -> object:
-    """The normalized terminal of a stream that adds each item of `output`, then completes
-    with it as the snapshot."""
+    """The normalized terminal of a stream that adds each item of `output` and marks it
+    done, then completes with it as the snapshot."""
     decoder = ResponsesDecoder()
     for place, item in enumerate(output):
-        added = {"type": "response.output_item.added", "output_index": place, "item": item}
-        decoder.decode(ServerSentEvent(None, json.dumps(added).encode()))
+        for stage in ("added", "done"):
+            state = {"type": f"response.output_item.{stage}", "output_index": place, "item": item}
+            decoder.decode(ServerSentEvent(None, json.dumps(state).encode()))
     response = {"id": "r", "status": "completed", "output": output}
     terminal = {"type": "response.completed", "response": response}
     [event] = decoder.decode(ServerSentEvent(None, json.dumps(terminal).encode()))
@@ -258,3 +259,50 @@ def test_the_incomplete_call_item_lab_scenario_behaves(cli: CLI) -> None:
         True,
         [],
     )
+
+
+# --- a call item whose output_item.done never came ----------------------------------------
+
+
+def _without_call_done(builder: ResponseBuilder) -> ResponseBuilder:
+    """The builder's events with every call item's `output_item.done` left out."""
+    builder.events[:] = [
+        event
+        for event in builder.events
+        if not (
+            event.get("type") == "response.output_item.done"
+            and event["item"].get("type") in ("function_call", "custom_tool_call")
+        )
+    ]
+    return builder
+
+
+async def test_a_call_whose_item_never_got_its_done_fails_closed() -> None:
+    # Issue 27: the AI SDK emits a function call only at its `output_item.done`; without it
+    # it ended with no call and finish `stop`, while openai-python and openai-node read the
+    # snapshot's call. Every recorded call item has its `.done`.
+    builder = ResponseBuilder("resp_nodone").created().text("msg_1", "Reading.")
+    _without_call_done(builder.call("fc_1", "call_1", "read", {"path": "README.md"}))
+    client, _, _ = replay_client([builder.completed().turn()])
+    with pytest.raises(ResponseFailure) as caught:
+        await client.complete(HISTORY, ALL_TOOLS)
+    assert caught.value.kind is FailureKind.LIFECYCLE
+    assert "call item 1 (function_call 'fc_1') never got its output_item.done" in (
+        caught.value.message
+    )
+
+
+def test_a_custom_tool_call_whose_item_never_got_its_done_fails_closed() -> None:
+    decoder = ResponsesDecoder(client_items=True)
+    builder = ResponseBuilder("resp_nodone").created()
+    _without_call_done(builder.custom_call("ctc_1", "call_1", "exec", "touch x"))
+    builder.completed()
+    produced = [
+        event
+        for raw in builder.events
+        for event in decoder.decode(ServerSentEvent(None, json.dumps(raw).encode()))
+    ]
+    terminal = produced[-1]
+    assert isinstance(terminal, ProviderReportedFailure)
+    assert terminal.kind is FailureKind.LIFECYCLE
+    assert "custom_tool_call 'ctc_1'" in terminal.message

@@ -17,7 +17,6 @@ Usage (`USAGE_FIELDS`) is merged over `message_start` and every `message_delta`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -302,8 +301,16 @@ class AnthropicDecoder:
         if kind == "tool_use":
             call_id = string_field(item.get("id"), "tool_use id")
             name = string_field(item.get("name"), "tool_use name")
-            if "input" in item:
-                object_field(item["input"], "tool_use input")
+            # The API starts every `tool_use` with `input: {}` and streams the input as
+            # `input_json_delta`s. The readers disagree on any other start (issue 27): the
+            # SDKs keep a start input when no delta follows, and @anthropic-ai/sdk
+            # replaces it with `{}` after an empty delta, litellm always; the AI SDK
+            # prefixes it to the deltas. So a non-empty start input is refused.
+            if "input" in item and object_field(item["input"], "tool_use input"):
+                raise _lifecycle(
+                    f"tool_use {call_id!r} starts with a non-empty input; readers of this "
+                    "stream would read different arguments; nothing executed"
+                )
             self._open = _Block(index, _TOOL, item, size)
             return (ToolCallStarted(self._open.key, call_id, name),)
         if kind == "thinking":
@@ -347,9 +354,15 @@ class AnthropicDecoder:
         if kind == _TOOL:
             if block.streamed:
                 return NOTHING
-            start = block.item.get("input")
-            text = json.dumps(start, ensure_ascii=False) if start else "{}"
-            return (ToolArgumentsDelta(block.key, text),)
+            if "input" not in block.item:
+                # No input at all: the SDKs read `null` (anthropic-python `None`,
+                # @anthropic-ai/sdk `undefined`), litellm and the AI SDK `{}`.
+                raise _lifecycle(
+                    f"tool_use {block.item.get('id')!r} carried no input, neither at its "
+                    "start nor streamed; readers of this stream would read different "
+                    "arguments; nothing executed"
+                )
+            return (ToolArgumentsDelta(block.key, "{}"),)
         if kind == _THINKING:
             item = {
                 **block.item,

@@ -16,8 +16,10 @@ error the `anthropic` SDK raises on.
 - **A whole response** (no `stream`) is judged as the stream `message_start` (the message
   without its content and stop reason), one `content_block_start` (the whole block, which
   the decoder reads as its content) and `content_block_stop` per block, `message_delta`
-  (the stop reason) and `message_stop`; a `content` that is not a list is malformed; a
-  refused one becomes the same error object as the stream's, as a 502 body.
+  (the stop reason) and `message_stop`; a `tool_use` block starts with `input: {}` as the
+  API streams it, its input following as one `input_json_delta` (the decoder refuses any
+  other start: the stream readers disagree on it); a `content` that is not a list is
+  malformed; a refused one becomes the same error object as the stream's, as a 502 body.
 - **Keep-alives**: `ping` events pass at once, even while the stream is held; the engine's
   own keep-alive is a `ping` too.
 - **The error**: `event: error` with `{"type": "error", "error": {"type", "message"}}`:
@@ -155,12 +157,23 @@ class AnthropicGateway:
         start = {**response, "content": [], "stop_reason": None, "stop_sequence": None}
         frames = [_frame("message_start", {"type": "message_start", "message": start})]
         for index, block in enumerate(blocks):
+            streamed = _streamed_input(block)
+            if streamed is not None:
+                block = {**block, "input": {}}
             frames.append(
                 _frame(
                     "content_block_start",
                     {"type": "content_block_start", "index": index, "content_block": block},
                 )
             )
+            if streamed:
+                piece = {"type": "input_json_delta", "partial_json": streamed}
+                frames.append(
+                    _frame(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": piece},
+                    )
+                )
             frames.append(
                 _frame("content_block_stop", {"type": "content_block_stop", "index": index})
             )
@@ -213,3 +226,15 @@ def _client_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:
 
 
 GATEWAY = AnthropicGateway()
+
+
+def _streamed_input(block: object) -> str | None:
+    """A whole `tool_use` block's input as the stream states it, one `input_json_delta`
+    after a start with `input: {}` (`""` for an empty input); None for any other block,
+    and for an input that is absent or no object (the decoder judges those as they are)."""
+    if type(block) is not dict or block.get("type") != "tool_use":
+        return None
+    value = block.get("input")
+    if type(value) is not dict:
+        return None
+    return compact_json(value) if value else ""

@@ -307,6 +307,25 @@ def _empty_input_turns() -> list[Turn]:
     ]
 
 
+def _start_input_turns() -> list[Turn]:
+    # A tool_use that starts with its input instead of `input: {}`, then one empty delta:
+    # anthropic-python reads the start input, @anthropic-ai/sdk and litellm `{}`.
+    builder = MessageBuilder("msg_start_input").start()
+    block = {"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "README.md"}}
+    builder.emit({"type": "content_block_start", "index": 0, "content_block": block})
+    builder.emit(
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": ""},
+        }
+    )
+    builder.emit({"type": "content_block_stop", "index": 0})
+    builder.calls = 1
+    builder.content.append(block)
+    return [builder.finish("tool_use").turn()]
+
+
 def check_empty_input(observation: Observation) -> list[str]:
     content = _message(observation.requests[1], "call_1")
     uses = [block for block in content if block.get("type") == "tool_use"]
@@ -473,6 +492,13 @@ SCENARIOS: tuple[Scenario, ...] = own(
         finished(2, 1),
         _empty_input_turns,
         check=check_empty_input,
+    ),
+    Scenario(
+        "anthropic-start-input",
+        "a tool_use that starts with a non-empty input, then an empty partial_json: the "
+        "readers disagree, refused",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        _start_input_turns,
     ),
     Scenario(
         "anthropic-server-tool-blocks",

@@ -5,9 +5,11 @@ that proves it); this module implements it. In short: a decision only when THE c
 `finish_reason` arrived and the stream then ended cleanly (`[DONE]`, or a clean end of body
 for servers without it); the finish covers only what came before or with it (a later call
 fragment fails, other later content only passes with the same finish restated); the first
-choice index named is THE choice and any other fails; calls are routed by index and id, ids
-and names set, never concatenated, released in index order, synthesized where absent;
-errors inside the stream, failing finishes and anything after the end fail closed.
+choice index named is THE choice and any other fails; calls open at index 0, 1, 2 … in
+order (or come index-less, whole, in the stream's one `tool_calls` array), and any shape the
+common readers would read as other calls fails (issue 27); ids and names are set, never
+concatenated, synthesized where absent; errors inside the stream, failing finishes and
+anything after the end fail closed.
 
 Chat has no terminal snapshot: the gate builds the decision from the streamed parts. The
 decoder checks shapes (a field of the wrong type is `malformed_event`) and leaves lifecycle
@@ -80,11 +82,10 @@ def _size(value: object) -> int:
 
 
 class _Call:
-    __slots__ = ("call_id", "index", "key", "name")
+    __slots__ = ("call_id", "key", "name")
 
-    def __init__(self, key: str, index: int | None, call_id: str, name: str) -> None:
+    def __init__(self, key: str, call_id: str, name: str) -> None:
         self.key = key
-        self.index = index  # the fragment's `index`: the call's position in the message
         self.call_id = call_id
         self.name = name
 
@@ -93,13 +94,13 @@ class ChatDecoder:
     """Maps one Chat Completions stream's chunks to normalized events."""
 
     __slots__ = (
-        "_by_index",
         "_calls",
         "_choice",
         "_details",
         "_details_chars",
         "_finish",
-        "_last",
+        "_indexless",
+        "_indexless_closed",
         "_reasoning_content",
         "_response_id",
         "_started",
@@ -115,8 +116,10 @@ class ChatDecoder:
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None  # the last non-null usage object
         self._calls: list[_Call] = []
-        self._by_index: dict[int, _Call] = {}
-        self._last: _Call | None = None  # the call a fragment without an index continues
+        # Calls are addressed by position: `index` 0, 1, 2 … in the order they open; or,
+        # without indexes, one call per entry of the stream's only `tool_calls` array.
+        self._indexless = False  # the calls came without indexes
+        self._indexless_closed = False  # and their array has ended
         self._reasoning_content = TextBuffer()  # for replay, retained compactly
         self._details: dict[tuple[object, object], dict[str, Any]] = {}
         self._details_chars = 0
@@ -238,6 +241,8 @@ class ChatDecoder:
                     raise malformed("delta.tool_calls must be a list")
                 for fragment in value:
                     self._fragment(fragment, produced)
+                if self._indexless:
+                    self._indexless_closed = True
             elif field == "refusal":
                 if type(value) is str and value:
                     produced.append(RefusalDelta(value))
@@ -295,20 +300,16 @@ class ChatDecoder:
             text = compact_json(arguments)
         else:
             raise malformed("tool-call arguments must be a string, an object or null")
-        call = self._last if index is None else self._by_index.get(index)
-        if (
-            call is None
-            or (call_id and call.call_id and call_id != call.call_id)
-            or (name and call.name and name != call.name)
-        ):
-            call = _Call(str(len(self._calls)), index, call_id, name)
+        call = None
+        if index is None:
+            self._unindexed(fragment, name)
+        else:
+            call = self._indexed(index, call_id, name)
+        if call is None:
+            call = _Call(str(len(self._calls)), call_id, name)
             self._calls.append(call)
-            if index is not None:
-                self._by_index[index] = call
-            self._last = call
             produced.append(ToolCallStarted(call.key, call_id, name, text))
             return
-        self._last = call
         new_id = call_id if call_id and not call.call_id else ""
         new_name = name if name and not call.name else ""
         if new_id or new_name:
@@ -319,6 +320,48 @@ class ChatDecoder:
             produced.append(ToolCallIdentified(call.key, new_id, new_name))
         if text:
             produced.append(ToolArgumentsDelta(call.key, text))
+
+    def _indexed(self, index: int, call_id: str, name: str) -> _Call | None:
+        """The call a fragment with an integer `index` continues, or None when it opens the
+        next one. Every reader reads `index` as the call's position in the message (the
+        official SDKs as a list position): the calls must open at 0, 1, 2 … in order, and a
+        fragment at an index in use must not name another call, or two readers would read
+        different calls (docs/wire/chat.md rule 6)."""
+        if self._indexless:
+            raise _ambiguous(
+                f"a tool-call fragment with index {index} beside fragments without an index"
+            )
+        opened = len(self._calls)
+        if index == opened:
+            return None
+        if index < 0 or index > opened:
+            expected = "0" if not opened else f"at most {opened}"
+            raise _ambiguous(f"tool-call index {index} where {expected} was due")
+        call = self._calls[index]
+        if call_id and call.call_id and call_id != call.call_id:
+            raise _ambiguous(
+                f"a new call id {call_id!r} at index {index}, which call {call.call_id!r} holds"
+            )
+        if name and call.name and name != call.name:
+            raise _ambiguous(f"a new name {name!r} at index {index}, which {call.name!r} holds")
+        return call
+
+    def _unindexed(self, fragment: dict[str, Any], name: str) -> None:
+        """A fragment without an integer `index` (absent or null). Only one shape is read
+        alike by every reader that reads it at all (Mistral, Gemini's compatible endpoint and
+        Ollama, as recorded): whole calls, each with its name, all in the first and only
+        `tool_calls` array of the stream. Each entry is a call of its own; anything else
+        (a continuation, a second array, an index beside) is refused (docs/wire/chat.md
+        rule 6)."""
+        if self._calls and not self._indexless:
+            what = "without an index" if "index" not in fragment else "with index null"
+            raise _ambiguous(f"a tool-call fragment {what} beside indexed fragments")
+        if self._indexless_closed:
+            raise _ambiguous("tool-call fragments without an index in more than one chunk")
+        if not name:
+            raise _ambiguous("a tool-call fragment without an index and without a name")
+        self._indexless = True
+        return None
 
     def _retain_details(self, chars: int) -> None:
         self._details_chars += chars
@@ -478,7 +521,6 @@ class ChatDecoder:
                 usage,
                 otherwise="finish_reason {reason!r} is not a successful completion",
                 has_calls=bool(self._calls),
-                call_order=self._call_order(),
             )
         )
         return events
@@ -488,19 +530,6 @@ class ChatDecoder:
             if not call.call_id:
                 call.call_id = synthesized_call_id(self._response_id, call.key)
                 events.append(ToolCallIdentified(call.key, call.call_id))
-
-    def _call_order(self) -> tuple[str, ...] | None:
-        """The calls in the order of their `index` (the call's position in the message, as
-        the protocol and the SDK read it), ties in the order they began (Ollama sends every
-        call at index 0); None when that is the order they began in, or when a call has no
-        index (then the order they began is all there is)."""
-        calls = self._calls
-        if len(calls) < 2 or any(call.index is None for call in calls):
-            return None
-        ordered = sorted(calls, key=lambda call: call.index or 0)
-        if ordered == calls:
-            return None
-        return tuple(call.key for call in ordered)
 
     def _native_reasoning(self, events: list[StreamEvent]) -> None:
         if self._reasoning_content.chars:
@@ -537,6 +566,16 @@ class ChatDecoder:
 
     def _typed_usage(self) -> Usage | None:
         return usage_from(self._usage, USAGE_FIELDS)
+
+
+def _ambiguous(problem: str) -> ResponseFailure:
+    """A call-fragment shape the common readers read as different calls (issue 27: the
+    official SDKs key calls by `index` as a list position, the AI SDK by index and id,
+    litellm by index defaulting to 0): refused before any call is released."""
+    return ResponseFailure(
+        FailureKind.LIFECYCLE,
+        f"{problem}: readers of this stream would read different calls; nothing executed",
+    )
 
 
 def _content_parts(parts: list[Any], produced: list[StreamEvent]) -> None:

@@ -289,6 +289,18 @@ class _Items:
     def disagreement(self, output: list[dict[str, Any]]) -> tuple[FailureKind, str] | None:
         """Where the stream's items and the snapshot (`output`, a list of objects) differ:
         the failure's kind and message, or None."""
+        for place in self.calls.values():
+            streamed = self.streamed[place]
+            if not streamed.done:
+                # The AI SDK emits a function call (or custom tool call) only at its
+                # `output_item.done`: without it, it ends with no call (finish `stop`)
+                # where the snapshot lists one (issue 27). Every recorded call has it.
+                return (
+                    FailureKind.LIFECYCLE,
+                    f"call item {place} ({streamed.names()}) never got its "
+                    "output_item.done before the terminal; readers of this stream would "
+                    "read different calls",
+                )
         for place, streamed in sorted(self.streamed.items()):
             if place >= len(output):
                 return (

@@ -161,6 +161,15 @@ def incomplete_call_turns() -> list[Turn]:
     return [builder.completed().turn()]
 
 
+def call_without_done_turns() -> list[Turn]:
+    # The call's `output_item.done` never comes: the AI SDK, which emits a call only there,
+    # ends with no call (finish `stop`) where the snapshot lists one.
+    builder = _edit_stream("resp_call_without_done")
+    builder.call("fc_1", "call_1", "edit", EDIT_FIX)
+    builder.events.pop()  # the call item's `response.output_item.done`
+    return [builder.completed().turn()]
+
+
 def response_failed_turns() -> list[Turn]:
     builder = _edit_stream("resp_failed")
     builder.call("fc_1", "call_1", "edit", EDIT_FIX, finish=False)
@@ -478,6 +487,12 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "a completed response whose function_call item the provider marks incomplete",
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         incomplete_call_turns,
+    ),
+    Scenario(
+        "call-without-done",
+        "a completed response whose function_call item never got its output_item.done",
+        failure(FailureKind.LIFECYCLE, closed_early=0),
+        call_without_done_turns,
     ),
     Scenario(
         "response-failed",
