@@ -214,23 +214,22 @@ def _disputed(value: object, safe_integers: bool) -> bool:
     return False
 
 
-# The pre-scan of event data: digits become `0`, an exponent's `E` and signs `e`. A number a
-# double reader reads as infinity has an exponent of three digits (`1e400`, `1E+0400`) or,
-# with two at most, more than 200 digits before it; a prototype key is spelt with `proto` or
-# with a `\u00` escape.
-_NUMBER_MARKS = bytes.maketrans(b"0123456789E+-", b"0000000000eee")
+# The event marks: one translation of the data that serves two pre-scans. Nesting deeper than the
+# bound needs more openers (`{`, `[`, marked `{`) than the bound. A prototype key is spelt
+# with `proto` or with a `\u00` escape, and a number a double reader reads as infinity has an
+# exponent of three digits (`1e400`, `1E+0400`) or, with two at most, more than 200 digits
+# before it: each of these spellings has `e000` (or 200 zeros) in the marks, where digits,
+# `u`, `r`, `o` and `t` become `0`, and `e`, `E`, `+`, `p` and `\` become `e`. Event data
+# without it (most events) is not walked; data with it (an id such as `9c4b16f37c27e605`,
+# English such as `report`) is, and the walk decides.
+_EVENT_MARKS = bytes(
+    ord("{") if chr(byte) in "{[" else
+    ord("0") if chr(byte) in "0123456789urot" else
+    ord("e") if chr(byte) in "eE+p\\" else
+    ord("x")
+    for byte in range(256)
+)  # fmt: skip
 _LONG_DIGITS = b"0" * 200
-
-
-def _suspect(data: bytes) -> bool:
-    """Whether event data could hold a number or a key that `_disputed` refuses (C only)."""
-    marked = data.translate(_NUMBER_MARKS)
-    return (
-        marked.find(b"e000") >= 0
-        or marked.find(_LONG_DIGITS) >= 0
-        or data.find(b"proto") >= 0
-        or data.find(b"\\u00") >= 0
-    )
 
 
 def _reference(data: bytes, max_depth: int, safe_integers: bool) -> object:
@@ -260,7 +259,9 @@ def _parse(data: bytes, max_depth: int, safe_integers: bool) -> object:
     """jiter first: about twice as fast as the standard scanner and, where it accepts the
     input and the check finds nothing, the same value. Whatever jiter refuses, or the check
     disputes, the standard library parses with its strict hooks, which raise the canonical
-    error; if it accepts what jiter refused, the readers disagree: refused too."""
+    error; if it accepts what jiter refused, the readers disagree: refused too. Arguments
+    (once per call) are always walked; event data only when its marks could hold something
+    to check (`_EVENT_MARKS`)."""
     if _jiter_loads is None:  # pragma: no cover
         return _reference(data, max_depth, safe_integers)
     try:
@@ -270,16 +271,14 @@ def _parse(data: bytes, max_depth: int, safe_integers: bool) -> object:
     except ValueError as exc:
         _reference(data, max_depth, safe_integers)
         raise ValueError(f"JSON that readers would read differently ({exc})") from None
-    # Nesting deeper than the bound needs more openers than the bound (one scan).
-    if (
-        len(data) > 2 * max_depth
-        and len(data) - len(data.translate(None, b"{[")) > max_depth
-        and too_deep(value, max_depth)
-    ):
+    marked = data.translate(_EVENT_MARKS)
+    if len(data) > 2 * max_depth and marked.count(b"{") > max_depth and too_deep(value, max_depth):
         raise ValueError(f"JSON nested deeper than {max_depth} levels")
-    # Arguments (once per call) are always checked; event data only when its bytes could hold
-    # something to check.
-    if (safe_integers or _suspect(data)) and _disputed(value, safe_integers):
+    if (
+        safe_integers
+        or marked.find(b"e000") >= 0
+        or (len(data) >= 200 and marked.find(_LONG_DIGITS) >= 0)
+    ) and _disputed(value, safe_integers):
         _reference(data, max_depth, safe_integers)
         raise ValueError("JSON that readers would read differently")  # pragma: no cover
     return value
