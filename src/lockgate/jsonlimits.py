@@ -5,13 +5,15 @@ with `parse_arguments`. Both fail with `ValueError` (a clear message) for invali
 data nested deeper than the limit, for text that is not UTF-8, and for JSON that two common
 readers would read differently: whatever the gate releases, every client reads as the same
 calls with the same arguments. What the readers did with each case when it was tried (node's
-`JSON.parse`, the AI SDK's `safeParseJSON` (secure-json-parse), Python's `json`, jiter and
-pydantic_core; Rust serde_json from its documentation):
+`JSON.parse`, the AI SDK 6's `safeParseJSON` (secure-json-parse) and zod 4, Python's `json`,
+jiter and pydantic_core; what Rust's serde_json, which Codex reads with, does is from its
+documentation, not run here):
 
 - `NaN`, `Infinity`, `-Infinity`: JSON.parse and the AI SDK fail (the SDK skips the chunk and
   runs the call built from the rest); Python json, jiter and pydantic_core read nan, inf.
   Refused.
-- `1e400`, a 400-digit integer: JavaScript reads Infinity, Python inf (or the exact integer),
+- `1e400`, a 400-digit integer: JavaScript reads Infinity, which zod 4's `z.number()` (the AI
+  SDK's chunk schemas) rejects, skipping the chunk; Python reads inf (or the exact integer);
   serde_json fails. Refused.
 - An integer beyond +-(2^53-1) (`9007199254740993`): JavaScript rounds it (...992), Python,
   jiter and pydantic_core keep it exact. Refused in arguments; kept elsewhere in an event (an
@@ -36,11 +38,12 @@ pydantic_core; Rust serde_json from its documentation):
 - `-0`, `1.0`, `1e-400`, `9007199254740993.0`, `"\u0000"`, `"\/"`, a raw DEL or U+2028 in a
   string: every reader reads the same number or string. Accepted.
 
-`parse_event` runs on every event, so the common case costs one jiter call (`allow_inf_nan` off,
-`catch_duplicate_keys` on) and a byte pre-scan; only data whose bytes could hold a number out
-of range or a prototype key (a run of 16 digits, a three-digit exponent, `proto`, a `\u00`
-escape) is walked, and whatever jiter or the walk refuses is parsed again by the standard
-library with strict hooks, which gives the canonical message.
+`parse_event` runs on every event, so the common case costs one jiter call (`allow_inf_nan`
+off, `catch_duplicate_keys` on, lone surrogates refused by jiter itself) and one translation
+of the bytes with a search or two (`_EVENT_MARKS`); only data that could hold a prototype key
+or a number out of range is walked (`_disputed`), and whatever jiter or the walk refuses is
+parsed again by the standard library with strict hooks, which gives the canonical message.
+Tool arguments (once per call) are always walked.
 
 `parse_document` parses a large document from a client (the proxy's request bodies) at a
 bounded cost: `check_document` first counts its values and measures its depth with a few
