@@ -164,6 +164,9 @@ def test_parse_arguments_gives_the_standard_librarys_answer_where_readers_agree(
         b'{"a": 9007199254740993, "seed": -2151581269210956000}',  # an event keeps them
         b'{"constructor": "x", "prototype": {}, "proto": 1, "__proto": 2}',
         b'{"a": "e400 1e40 \\\\u0041"}',  # what the pre-scan looks for, in a string
+        # What the pre-scan marks as worth a walk, in strings and keys: the walk finds nothing.
+        b'{"id": "fc_9c4b16f37c27e605", "report": "a protocol, caf\\u00e9, 1e400"}',
+        b"[" + b"9" * 199 + b', "' + b"1" * 300 + b'"]',
     ],
 )
 def test_parse_event_edge_cases_match_the_standard_library(data: bytes) -> None:
