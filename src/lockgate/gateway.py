@@ -91,6 +91,12 @@ class Refusal:
     transient: bool
     withheld: int
 
+    def __post_init__(self) -> None:
+        # A lone surrogate (from a name in the client's request) is written as "?": its JSON
+        # escape is what readers read differently, and lockgate's own decoder refuses it.
+        message = self.message.encode("utf-8", "replace").decode("utf-8")
+        object.__setattr__(self, "message", message)
+
 
 class Gateway(Protocol):
     """One protocol's side of the gating engine."""

@@ -1,9 +1,49 @@
-"""JSON from the network, parsed with bounds: no recursion error, no unbounded nesting.
+r"""JSON from the network, parsed with bounds and read the same way by every common reader.
 
 Every provider decoder parses event data with `parse_event`; the gate parses tool arguments
 with `parse_arguments`. Both fail with `ValueError` (a clear message) for invalid JSON, for
-data nested deeper than the limit, and for text that is not UTF-8, so that hostile nesting is
-a malformed event or an invalid call, never an internal error.
+data nested deeper than the limit, for text that is not UTF-8, and for JSON that two common
+readers would read differently: whatever the gate releases, every client reads as the same
+calls with the same arguments. What the readers did with each case when it was tried (node's
+`JSON.parse`, the AI SDK 6's `safeParseJSON` (secure-json-parse) and zod 4, Python's `json`,
+jiter and pydantic_core; what Rust's serde_json, which Codex reads with, does is from its
+documentation, not run here):
+
+- `NaN`, `Infinity`, `-Infinity`: JSON.parse and the AI SDK fail (the SDK skips the chunk and
+  runs the call built from the rest); Python json, jiter and pydantic_core read nan, inf.
+  Refused.
+- `1e400`, a 400-digit integer: JavaScript reads Infinity, which zod 4's `z.number()` (the AI
+  SDK's chunk schemas) rejects, skipping the chunk; Python reads inf (or the exact integer);
+  serde_json fails. Refused.
+- An integer beyond +-(2^53-1) (`9007199254740993`): JavaScript rounds it (...992), Python,
+  jiter and pydantic_core keep it exact. Refused in arguments; kept elsewhere in an event (an
+  OpenAI-compatible `seed` is one), since a protocol that carries arguments as an object in
+  the event (Gemini `args`, Anthropic `input`) hands them on as text to `parse_arguments`.
+- A duplicate key (`{"a":1,"a":2}`, at any depth, also spelt `"\u0061"`): JavaScript,
+  Python, jiter and pydantic_core keep the last, serde_json's derived structs (Codex) fail.
+  Refused.
+- A lone surrogate escape (`"\ud800"`, `"\udc00\ud800"`), in a key or a value: JavaScript and
+  Python keep it, jiter and pydantic_core (and serde_json) fail. Refused.
+- Invalid UTF-8 (`FF`, an overlong `C0 AF`, a surrogate's `ED A0 80`, a cut sequence):
+  TextDecoder (every JavaScript client) reads U+FFFD, Python, jiter and pydantic_core fail
+  (though `json.loads(bytes)` reads `ED A0 80` as a surrogate). Refused.
+- A `__proto__` key (also `"\u005f_proto__"`) or `"constructor": {"prototype": ...}`: JSON.parse
+  makes an own property, the AI SDK (secure-json-parse) fails; Python and jiter read a key.
+  Refused.
+- A leading BOM: JSON.parse fails (a TextDecoder strips one only at a stream's start), Python
+  fails on text and skips it in bytes, jiter fails. Refused.
+- Form feed, vertical tab or NBSP as whitespace, a trailing comma, `01`, `+1`, `.5`, `1.`,
+  `0x10`, a bad escape, a raw control character in a string, a comment, two values: every
+  reader fails. Refused.
+- `-0`, `1.0`, `1e-400`, `9007199254740993.0`, `"\u0000"`, `"\/"`, a raw DEL or U+2028 in a
+  string: every reader reads the same number or string. Accepted.
+
+`parse_event` runs on every event, so the common case costs one jiter call (`allow_inf_nan`
+off, `catch_duplicate_keys` on, lone surrogates refused by jiter itself) and one translation
+of the bytes with a search or two (`_EVENT_MARKS`); only data that could hold a prototype key
+or a number out of range is walked (`_disputed`), and whatever jiter or the walk refuses is
+parsed again by the standard library with strict hooks, which gives the canonical message.
+Tool arguments (once per call) are always walked.
 
 `parse_document` parses a large document from a client (the proxy's request bodies) at a
 bounded cost: `check_document` first counts its values and measures its depth with a few
@@ -35,6 +75,12 @@ _jiter_loads = _jiter()
 
 MAX_EVENT_DEPTH = 64
 MAX_ARGUMENT_DEPTH = 32
+# The largest integer every reader holds exactly: JavaScript reads numbers as doubles.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _shown(literal: str) -> str:
+    return literal if len(literal) <= 40 else f"{literal[:20]}…({len(literal)} characters)"
 
 
 def _not_json(constant: str) -> object:
@@ -43,21 +89,77 @@ def _not_json(constant: str) -> object:
 
 def _finite(literal: str) -> float:
     value = float(literal)
-    if not math.isfinite(value):  # 1e999: JSON, but no number a tool can be handed
-        raise ValueError(f"{literal} is out of range for a number")
+    if not math.isfinite(value):  # 1e999: JSON, but a double reader reads infinity
+        raise ValueError(f"{_shown(literal)} is out of range for a number")
     return value
 
 
-_DECODER = json.JSONDecoder()
-# Tool arguments are strict JSON with finite numbers: NaN and Infinity (which Python's parser
-# accepts) and numbers beyond a float's range (1e999, which it reads as infinity) are not
-# values a tool should be handed.
-_STRICT_DECODER = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
+def _double_int(literal: str) -> int:
+    """An integer a double reader reads as a number (rounded, perhaps), not as infinity."""
+    value = int(literal)
+    try:
+        float(value)
+    except OverflowError:
+        raise ValueError(f"{_shown(literal)} is out of range for a number") from None
+    return value
+
+
+def _safe_int(literal: str) -> int:
+    """An integer every reader holds exactly."""
+    value = int(literal)
+    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise ValueError(
+            f"{_shown(literal)} is beyond ±(2^53-1): JavaScript readers would round it"
+        )
+    return value
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object with unique keys and no key a prototype-safe reader refuses."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}: readers differ on which value counts")
+            seen.add(key)
+    if _prototype_key(value):
+        raise ValueError(
+            "a __proto__ key, or constructor.prototype: JavaScript's secure parsers refuse it"
+        )
+    return value
+
+
+def _prototype_key(value: dict[str, Any]) -> bool:
+    """What secure-json-parse (the AI SDK's parser) refuses: an own `__proto__`, or an own
+    `constructor` object with an own `prototype`."""
+    if "__proto__" in value:
+        return True
+    constructor = value.get("constructor")
+    return type(constructor) is dict and "prototype" in constructor
+
+
+def _decoder(parse_int: Callable[[str], int]) -> json.JSONDecoder:
+    return json.JSONDecoder(
+        parse_constant=_not_json,
+        parse_float=_finite,
+        parse_int=parse_int,
+        object_pairs_hook=_object,
+    )
+
+
+# The reference for every refusal: the standard library with hooks for what it accepts but
+# readers disagree on. Event data keeps integers a double reader only rounds (a `seed`); tool
+# arguments hold only integers every reader holds exactly.
+_EVENT_DECODER = _decoder(_double_int)
+_ARGUMENT_DECODER = _decoder(_safe_int)
+# A client's own request (`parse_document`) is read as Python reads it.
+_PLAIN_DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\n\r"
 
 
-def _loads(text: str, decoder: json.JSONDecoder = _DECODER) -> object:
-    """`json.loads` without its per-call overheads (the hot path of every decoder)."""
+def _loads(text: str, decoder: json.JSONDecoder) -> object:
+    """`json.loads` without its per-call overheads."""
     try:
         try:
             value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]
@@ -87,53 +189,125 @@ def too_deep(value: object, max_depth: int) -> bool:
     return False
 
 
-def _openers(text: str) -> int:
-    return text.count("{") + text.count("[")
+def _disputed(value: object, safe_integers: bool) -> bool:
+    """Whether a parsed value holds what readers read differently: a number out of a double's
+    range (or, with `safe_integers`, an integer beyond ±(2^53-1)), or a prototype key
+    (iterative). Duplicate keys, NaN and lone surrogates jiter refuses itself."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            if _prototype_key(node):
+                return True
+            stack.extend(node.values())
+        elif type(node) is list:
+            stack.extend(node)
+        elif type(node) is float:
+            if not math.isfinite(node):
+                return True
+        elif type(node) is int:
+            if safe_integers:
+                if not -MAX_SAFE_INTEGER <= node <= MAX_SAFE_INTEGER:
+                    return True
+            else:
+                try:
+                    float(node)
+                except OverflowError:
+                    return True
+    return False
 
 
-def parse_json(text: str, max_depth: int, *, strict: bool = False) -> object:
-    """Parse `text`; ValueError if it is not JSON or nests deeper than `max_depth`
-    (`strict`: NaN and Infinity refused too).
+# The event marks: one translation of the data that serves two pre-scans. Nesting deeper than the
+# bound needs more openers (`{`, `[`, marked `{`) than the bound. A prototype key is spelt
+# with `proto` or with a `\u00` escape, and a number a double reader reads as infinity has an
+# exponent of three digits (`1e400`, `1E+0400`) or, with two at most, more than 200 digits
+# before it: each of these spellings has `e000` (or 200 zeros) in the marks, where digits,
+# `u`, `r`, `o` and `t` become `0`, and `e`, `E`, `+`, `p` and `\` become `e`. Event data
+# without it (most events) is not walked; data with it (an id such as `9c4b16f37c27e605`,
+# English such as `report`) is, and the walk decides.
+_EVENT_MARKS = bytes(
+    ord("{") if chr(byte) in "{[" else
+    ord("0") if chr(byte) in "0123456789urot" else
+    ord("e") if chr(byte) in "eE+p\\" else
+    ord("x")
+    for byte in range(256)
+)  # fmt: skip
+_LONG_DIGITS = b"0" * 200
 
-    The depth walk runs only when the text holds more brackets than the limit, which an
-    ordinary event or argument object never does."""
-    value = _loads(text, _STRICT_DECODER if strict else _DECODER)
-    if _openers(text) > max_depth and too_deep(value, max_depth):
-        raise ValueError(f"JSON nested deeper than {max_depth} levels")
-    return value
 
-
-def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
-    """One SSE event's data: UTF-8 JSON within the nesting bound.
-
-    The hot path of every decoder. jiter first: about twice as fast as the standard
-    scanner and, where it accepts the input, the same value (it validates UTF-8 itself);
-    what it refuses (invalid JSON, lone surrogate escapes, nesting past its own limit) goes
-    to the standard library (`parse_json`), which gives the canonical answer or error."""
-    if _jiter_loads is not None:
-        try:
-            value = _jiter_loads(data, cache_mode="keys")
-        except Exception:
-            pass
-        else:
-            # Nesting deeper than the bound needs more openers than the bound (one scan).
-            if (
-                len(data) > 2 * max_depth
-                and len(data) - len(data.translate(None, b"{[")) > max_depth
-                and too_deep(value, max_depth)
-            ):
-                raise ValueError(f"JSON nested deeper than {max_depth} levels")
-            return value
+def _reference(data: bytes, max_depth: int, safe_integers: bool) -> object:
+    """The standard library's strict reading of `data`: the canonical value or error."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("event data is not UTF-8") from None
-    return parse_json(text, max_depth)
+    value = _loads(text, _ARGUMENT_DECODER if safe_integers else _EVENT_DECODER)
+    if _openers(text) > max_depth and too_deep(value, max_depth):
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    if "\\u" in text:
+        try:  # a lone surrogate escape, anywhere (keys too): no UTF-8 for it
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a lone surrogate escape: readers keep, replace or refuse it"
+            ) from None
+    return value
+
+
+def _openers(text: str) -> int:
+    return text.count("{") + text.count("[")
+
+
+def _parse(data: bytes, max_depth: int, safe_integers: bool) -> object:
+    """jiter first: about twice as fast as the standard scanner and, where it accepts the
+    input and the check finds nothing, the same value. Whatever jiter refuses, or the check
+    disputes, the standard library parses with its strict hooks, which raise the canonical
+    error; if it accepts what jiter refused, the readers disagree: refused too. Arguments
+    (once per call) are always walked; event data only when its marks could hold something
+    to check (`_EVENT_MARKS`)."""
+    if _jiter_loads is None:  # pragma: no cover
+        return _reference(data, max_depth, safe_integers)
+    try:
+        value = _jiter_loads(
+            data, allow_inf_nan=False, catch_duplicate_keys=True, cache_mode="keys"
+        )
+    except ValueError as exc:
+        _reference(data, max_depth, safe_integers)
+        raise ValueError(f"JSON that readers would read differently ({exc})") from None
+    marked = data.translate(_EVENT_MARKS)
+    if len(data) > 2 * max_depth and marked.count(b"{") > max_depth and too_deep(value, max_depth):
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    if (
+        safe_integers
+        or marked.find(b"e000") >= 0
+        or (len(data) >= 200 and marked.find(_LONG_DIGITS) >= 0)
+    ) and _disputed(value, safe_integers):
+        _reference(data, max_depth, safe_integers)
+        raise ValueError("JSON that readers would read differently")  # pragma: no cover
+    return value
+
+
+def parse_json(text: str, max_depth: int, *, strict: bool = False) -> object:
+    """Parse `text`; ValueError if it is not JSON, nests deeper than `max_depth`, or holds
+    what readers would read differently (`strict`: also an integer beyond ±(2^53-1))."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("JSON text holds a lone surrogate") from None
+    return _parse(data, max_depth, strict)
+
+
+def parse_event(data: bytes, max_depth: int = MAX_EVENT_DEPTH) -> object:
+    """One SSE event's data: UTF-8 JSON within the nesting bound that every common reader
+    reads the same (integers a double reader rounds are kept: they are no call's arguments
+    here; where a protocol carries arguments as an object, its decoder hands them on as
+    text and `parse_arguments` decides). The hot path of every decoder."""
+    return _parse(data, max_depth, False)
 
 
 def parse_arguments(text: str, max_depth: int = MAX_ARGUMENT_DEPTH) -> object:
-    """A tool call's argument text: strict JSON with finite numbers (no NaN, Infinity or
-    1e999) within the nesting bound."""
+    """A tool call's argument text: what `parse_json` refuses, and any integer beyond
+    ±(2^53-1) (JavaScript readers round it), within the nesting bound."""
     return parse_json(text, max_depth, strict=True)
 
 
@@ -203,7 +377,7 @@ def parse_document(data: bytes, max_depth: int, max_values: int) -> object:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise ValueError("the document is not UTF-8") from None
-        return _loads(text)
+        return _loads(text, _PLAIN_DECODER)
     finally:
         if collecting:
             gc.enable()
