@@ -25,7 +25,9 @@ client), and its answer passed, gated or judged back to the client.
   frame, and the log records the status that was sent.
 - **A held key** goes in its protocol's header (a `key` in the query is the client's:
   dropped); whatever the upstream echoes of it reaches the client as `[redacted]`, and a
-  stream or whole answer is redacted before it is judged.
+  stream or whole answer is redacted before it is judged. An answer in a transfer coding
+  other than chunked (never asked for: the proxy sends no `TE`) is refused with a 502, as
+  its bytes would pass still coded, beyond redaction.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from .upstream import (
     decodes,
     failure_before_answer,
     finish,
+    transfer_coding_problem,
     upstream_headers,
     upstream_url,
 )
@@ -322,6 +325,9 @@ class ProxyExchange:
                     "which the proxy cannot decode"
                 )
                 return self._failed(502, reason, spent=spent)
+            coding = transfer_coding_problem(response.headers.getall("transfer-encoding", []))
+            if coding is not None:
+                return self._failed(502, coding, spent=spent)
             status = response.status
             if server.recorder is not None and self.entry is not None:
                 flow.exchange = server.recorder.exchange(
