@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import anthropic
@@ -357,3 +358,70 @@ async def test_retries_go_on_after_a_comment_while_nothing_else_was_seen() -> No
     assert raw.count(b"HTTP/1.1 ") == 1
     assert b"lockgate_opening" in raw
     assert b"HTTP 429" in raw
+
+
+# --- header names in any letter case (issue 27) --------------------------------------------
+
+
+def _persistent(status: int, headers: dict[str, str], attempts: list[int]) -> Any:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        attempts.append(1)
+        error = {"error": {"message": "Overloaded", "type": "server"}}
+        return web.json_response(error, status=status, headers=headers)
+
+    return answer
+
+
+@pytest.mark.parametrize("name", ["X-Should-Retry", "x-SHOULD-retry"])
+async def test_a_mixed_case_should_retry_never_survives_beside_the_final_false(name: str) -> None:
+    attempts: list[int] = []
+    headers = {name: "true", "Retry-After": "0", "X-Request-Id": "req-1"}
+    async with (
+        serve_app(_persistent(503, headers, attempts)) as url,
+        proxy_to(url, retries=retries(attempts=2)) as proxied,
+        aiohttp.ClientSession() as session,
+        session.post(proxied.proxy.url + PATH, json=request_for("chat")) as response,
+    ):
+        await response.read()
+        assert response.status == 503
+        assert response.headers.getall("x-should-retry") == ["false"]
+        assert response.headers.getall("x-request-id") == ["req-1"]
+    assert len(attempts) == 3
+
+
+async def test_the_openai_sdk_does_not_multiply_retries_told_in_another_case() -> None:
+    attempts: list[int] = []
+    headers = {"X-Should-Retry": "true", "Retry-After": "0"}
+    async with (
+        serve_app(_persistent(503, headers, attempts)) as url,
+        proxy_to(url, retries=retries(attempts=2)) as proxied,
+    ):
+        client = openai.AsyncOpenAI(
+            base_url=proxied.proxy.url + "/v1", api_key="unused", max_retries=2
+        )
+        with pytest.raises(openai.InternalServerError):
+            await client.chat.completions.create(**{**request_for("chat"), "stream": True})
+        await client.close()
+    assert len(attempts) == 3  # the proxy's 3; the SDK's own retries obeyed `false`
+
+
+async def test_a_repeated_upstream_header_passes_with_every_value() -> None:
+    attempts: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        attempts.append(1)
+        response = web.json_response({"error": {"message": "no"}}, status=400)
+        response.headers.add("X-Trace", "a")
+        response.headers.add("X-Trace", "b")
+        return response
+
+    async with (
+        serve_app(answer) as url,
+        proxy_to(url) as proxied,
+        aiohttp.ClientSession() as session,
+        session.post(proxied.proxy.url + PATH, json=request_for("chat")) as response,
+    ):
+        await response.read()
+        assert response.headers.getall("x-trace") == ["a", "b"]

@@ -88,6 +88,8 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from multidict import CIMultiDict
+
 from ..client import (
     DEADLINE_CHECK_EVERY,
     DEFAULT_DEADLINE_SECONDS,
@@ -976,18 +978,20 @@ _NOT_FORWARDED = HOP_BY_HOP | {
 }
 
 
-def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     """The upstream response headers to pass on (`retry-after`, rate-limit headers, request
-    ids, the content type …): all but the hop-by-hop ones and those the body's framing
-    changes (the bytes passed on are the decoded body)."""
+    ids, the content type …), every value of a repeated one (a multidict's items), names in
+    any letter case: all but the hop-by-hop ones, those the `Connection` headers name, and
+    those the body's framing changes (the bytes passed on are the decoded body)."""
+    items = list(headers.items())
     named = {
         part.strip().lower()
-        for value in (headers.get("connection"), headers.get("Connection"))
-        if value
+        for name, value in items
+        if name.lower() == "connection"
         for part in value.split(",")
     }
-    return {
-        name: value
-        for name, value in headers.items()
+    return CIMultiDict(
+        (name, value)
+        for name, value in items
         if name.lower() not in _NOT_FORWARDED and name.lower() not in named
-    }
+    )

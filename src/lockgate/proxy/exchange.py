@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from ..cassette.recorder import CassetteRecorder
 from ..conversation import ToolSpec
@@ -413,7 +414,7 @@ class ProxyExchange:
         self,
         response: aiohttp.ClientResponse,
         status: int,
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         can_retry: bool,
         spent: bool,
     ) -> web.StreamResponse:
@@ -429,7 +430,7 @@ class ProxyExchange:
         if can_retry and (wait is None or wait <= max_wait):
             body = await self._capped(response)
             if body is not None:
-                failure = self.entry.classify_error(status, _json(body), dict(response.headers))
+                failure = self.entry.classify_error(status, _json(body), response.headers)
                 if failure.retryable and (
                     failure.retry_after is None or failure.retry_after <= max_wait
                 ):
@@ -449,11 +450,11 @@ class ProxyExchange:
             )
             flow.reason = f"opening: {message}"
             self._refusal = Refusal("opening", message, False, 0)
-            sent = {
-                name: value
+            sent = CIMultiDict(
+                (name, value)
                 for name, value in headers.items()
                 if name.lower() not in _WAIT_HEADERS and name.lower() != "content-type"
-            }
+            )
             sent["content-type"] = "application/json"
             sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
             error = self.speaker.client_error_body(status, message)
@@ -461,7 +462,8 @@ class ProxyExchange:
         if self.response is not None:
             return self._late_status(response, status, await self._capped(response))
         if spent:
-            headers = {**headers, _DONT_RETRY[0]: _DONT_RETRY[1]}
+            headers = headers.copy()
+            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]  # in place of any case of it
         return await self._pass(response, status, headers, True, None)
 
     def _late_status(
@@ -472,7 +474,7 @@ class ProxyExchange:
         `_refuse_in_stream` sends, which says the status and the upstream's message."""
         assert self.entry is not None
         failure = self.entry.classify_error(
-            status, _json(body) if body is not None else None, dict(response.headers)
+            status, _json(body) if body is not None else None, response.headers
         )
         excerpt = ""
         if body:
@@ -497,7 +499,7 @@ class ProxyExchange:
     async def _head(self, status: int, headers: Mapping[str, str]) -> web.StreamResponse:
         """The client's response head, sent once."""
         if self.response is None:
-            response = web.StreamResponse(status=status, headers=dict(headers))
+            response = web.StreamResponse(status=status, headers=CIMultiDict(headers))
             await response.prepare(self.request)
             self.response = response
         return self.response
@@ -534,7 +536,7 @@ class ProxyExchange:
         self,
         upstream: aiohttp.ClientResponse,
         status: int,
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         capped: bool,
         runtime: UpstreamRuntime | None,
     ) -> web.StreamResponse:
@@ -566,7 +568,7 @@ class ProxyExchange:
         self,
         upstream: aiohttp.ClientResponse,
         tools: Sequence[ToolSpec],
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         runtime: UpstreamRuntime,
         can_retry: bool,
     ) -> web.StreamResponse:
@@ -637,7 +639,7 @@ class ProxyExchange:
         self,
         upstream: aiohttp.ClientResponse,
         tools: Sequence[ToolSpec],
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         runtime: UpstreamRuntime,
         can_retry: bool,
         spent: bool,
@@ -687,7 +689,7 @@ class ProxyExchange:
         flow.judged(outcome)
         flow.status = verdict.status
         if isinstance(outcome, Refused):
-            sent = dict(verdict.headers)
+            sent = CIMultiDict(verdict.headers)
             if spent:
                 sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
             return web.Response(

@@ -113,13 +113,15 @@ def upstream_headers(
     return sent
 
 
-def client_headers(upstream: aiohttp.ClientResponse, redactor: Redactor | None) -> dict[str, str]:
-    """The upstream's headers to pass on (`engine.forwarded_headers`), redacted of a held
-    key (a header whose name holds it is dropped)."""
+def client_headers(upstream: aiohttp.ClientResponse, redactor: Redactor | None) -> CIMultiDict[str]:
+    """The upstream's headers to pass on (`engine.forwarded_headers`: every value, names in
+    any case), redacted of a held key (a header whose name holds it is dropped)."""
     headers = forwarded_headers(upstream.headers)
     if redactor is None:
         return headers
-    return {name: redactor(value) for name, value in headers.items() if redactor(name) == name}
+    return CIMultiDict(
+        (name, redactor(value)) for name, value in headers.items() if redactor(name) == name
+    )
 
 
 def client_credentials(headers: MultiMapping[str], keys: list[str]) -> list[str]:
