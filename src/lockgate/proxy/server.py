@@ -67,13 +67,14 @@ from .config import (
     DEFAULT_MAX_HELD_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_STREAMS,
+    ConfigError,
     ProxyConfig,
     ProxySettings,
     RouteSettings,
     upstream_problem,
 )
 from .engine import HeldBudget
-from .environment import config_from_environment, settings_from_environment
+from .environment import config_from_environment, startup_settings
 from .exchange import ProxyExchange, RouteRuntime, UpstreamRuntime
 from .flow import (
     Flow,
@@ -745,14 +746,17 @@ async def app_factory() -> web.AppRunner:
     `LOCKGATE_API_KEY_FILE` and `LOCKGATE_CLIENT_TOKEN_FILE` keep it out of every process's
     environment.
 
-    A setting it cannot use: one line on stderr (`lockgate proxy: REASON`) and exit 4,
-    gunicorn's code for an application that cannot load (its master stops instead of
-    starting workers again)."""
+    A setting it cannot use (a metrics folder that is not there among them): one line on
+    stderr (`lockgate proxy: REASON`) and exit 4, gunicorn's code for an application that
+    cannot load (its master stops instead of starting workers again). With several workers
+    each says it, and gunicorn's master may trip over the second exit (a traceback, exit
+    1): `gunicorn -c python:lockgate.proxy.gunicorn_config` checks the settings in the
+    master, before any worker starts (`gunicorn_config.on_starting`)."""
     try:
-        settings, variables = settings_from_environment(os.environ)
-    except ValueError as exc:
+        settings, variables = startup_settings(os.environ)
+        for variable in variables:
+            os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
+        return ProxyServer(settings, _environment_log).runner()
+    except (ValueError, ConfigError) as exc:
         print(f"lockgate proxy: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(APP_LOAD_ERROR) from None
-    for variable in variables:
-        os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
-    return ProxyServer(settings, _environment_log).runner()
