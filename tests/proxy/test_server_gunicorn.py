@@ -191,7 +191,45 @@ def test_raw_gunicorn_serves_the_routes_of_a_config_file(tmp_path: Path) -> None
     assert [r.headers["authorization"] for r in server.server.requests] == ["Bearer [redacted]"]
 
 
-# --- the metrics folder (issue 27) ------------------------------------------------------------
+# --- bad settings fail in the master, before any worker (issue 27) ----------------------------
+
+BAD_SETTINGS = {
+    "no-upstream": ({}, "LOCKGATE_UPSTREAM is not set"),
+    "bad-number": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "LOCKGATE_IDLE_TIMEOUT": "soon"},
+        "LOCKGATE_IDLE_TIMEOUT must be a positive number of seconds",
+    ),
+    "missing-config": ({"LOCKGATE_CONFIG": "{tmp}/missing.yaml"}, "cannot read {tmp}/missing.yaml"),
+    "missing-key-file": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "LOCKGATE_API_KEY_FILE": "{tmp}/no-key"},
+        "LOCKGATE_API_KEY_FILE names {tmp}/no-key, which cannot be read",
+    ),
+    "key-without-token": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "LOCKGATE_API_KEY_FILE": "{tmp}/key"},
+        "needs LOCKGATE_CLIENT_TOKEN_FILE or LOCKGATE_CLIENT_TOKEN_ENV",
+    ),
+    "missing-metrics-folder": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "PROMETHEUS_MULTIPROC_DIR": "{tmp}/nowhere"},
+        "PROMETHEUS_MULTIPROC_DIR names {tmp}/nowhere, which does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SETTINGS))
+def test_with_its_config_gunicorn_refuses_bad_settings_in_the_master(
+    tmp_path: Path, case: str
+) -> None:
+    variables, said = BAD_SETTINGS[case]
+    write_secret(tmp_path / "key", HELD_KEY)
+    env = clean_environment(**{k: v.format(tmp=tmp_path) for k, v in variables.items()})
+    with gunicorn(dead_port(), env, workers=2, config=True) as process:
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 4, err
+    assert "Traceback" not in err
+    assert "Booting worker" not in err  # refused before any worker started
+    ours = [line for line in err.splitlines() if line.startswith("lockgate proxy: ")]
+    assert len(ours) == 1, err
+    assert said.format(tmp=tmp_path) in ours[0]
 
 
 def test_without_its_config_a_missing_metrics_folder_is_one_line_not_a_traceback(
