@@ -24,7 +24,7 @@ from lockgate.scripted.reply import Call, OpeningError, Reply, Say
 from lockgate.scripted.script import Faults, Turn
 
 from ..helpers import EDIT
-from .support import ends_with_refusal, request_for, tool_events
+from .support import ends_with_refusal, request_for, sdk_raises, tool_events
 from .test_server import (
     call_reply,
     gating,
@@ -425,3 +425,26 @@ async def test_a_repeated_upstream_header_passes_with_every_value() -> None:
     ):
         await response.read()
         assert response.headers.getall("x-trace") == ["a", "b"]
+
+
+SDK_PATHS = {
+    "chat": PATH,
+    "responses": "/v1/responses",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/lab-model:streamGenerateContent?alt=sse",
+}
+
+
+@pytest.mark.parametrize("provider", sorted(SDK_PATHS))
+async def test_every_official_sdk_raises_the_refusal_after_a_comment(provider: str) -> None:
+    attempts: list[int] = []
+    async with (
+        commenting_upstream("reset", "429", attempts) as url,
+        proxy_to(url, retries=retries(attempts=1)) as proxied,
+        aiohttp.ClientSession() as session,
+        session.post(proxied.proxy.url + SDK_PATHS[provider], json=request_for(provider)) as got,
+    ):
+        status, body = got.status, await got.read()
+    assert status == 200  # the head the comment sent
+    assert await sdk_raises(provider, body) == []
+    assert len(attempts) == 2
