@@ -275,6 +275,13 @@ class _HeldBytes:
         self.size = 0
 
     def append(self, data: bytes) -> None:
+        used = self._used
+        end = used + len(data)
+        if end <= self.SEGMENT:  # the common case: it fits in the last segment
+            self._segments[-1][used:end] = data
+            self._used = end
+            self.size += len(data)
+            return
         view = memoryview(data)
         try:
             while view:
