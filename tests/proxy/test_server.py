@@ -698,3 +698,53 @@ async def test_every_stream_shares_one_held_bytes_budget() -> None:
             assert tool_events(body) == []
         await wait_for(lambda: len(proxied.records) == 2, "both requests were recorded")
     assert sorted(record.outcome for record in proxied.records) == ["abandoned", "withheld"]
+
+
+async def test_while_it_drains_readiness_is_503_on_a_new_connection() -> None:
+    # Issue 27: the listening socket closed before the drain, so a load balancer's check
+    # never read the 503 the drain promises (only a refused connection).
+    text = Turn(reply=Reply("r1", (Say("All fixed."),)))
+    frames = turn_bytes(text, "chat")
+    cut = frames.index(b"\n\n") + 2
+    release = asyncio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(frames[:cut])
+        await release.wait()
+        await response.write(frames[cut:])
+        await response.write_eof()
+        return response
+
+    records: list[ProxyRecord] = []
+    async with serve_app(answer) as upstream, aiohttp.ClientSession() as session:
+        config = ProxyConfig(upstream, gating=gating(), grace_seconds=30)
+        async with serving(config, records.append) as proxy:
+            async with session.post(proxy.url + PATHS["chat"], json=request_for("chat")) as held:
+                start = await first_bytes(held)
+                stopping = asyncio.ensure_future(proxy.stop())
+                await wait_for(lambda: proxy.server.stopping, "the drain to begin")
+                async with aiohttp.ClientSession() as other:  # a new connection
+                    async with other.get(proxy.url + "/readyz") as ready:
+                        ready_status = ready.status
+                        ready_retry = ready.headers.get("retry-after")
+                    async with other.get(proxy.url + "/healthz") as health:
+                        health_status = health.status
+                    async with other.post(
+                        proxy.url + PATHS["chat"], json=request_for("chat")
+                    ) as refused:
+                        refused_status = refused.status
+                        refused_connection = refused.headers.get("connection", "")
+                release.set()
+                rest = await held.read()
+            await stopping
+            with pytest.raises(aiohttp.ClientConnectionError):
+                await post(proxy.url + "/readyz", {})
+    assert (ready_status, ready_retry) == (503, "1")
+    assert health_status == 200  # alive, not ready
+    assert refused_status == 503
+    assert refused_connection.lower() == "close"
+    assert start + rest == frames  # the stream in flight ended whole
+    assert sorted(r.outcome for r in records) == ["passed", "rejected"]

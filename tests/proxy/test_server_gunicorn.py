@@ -43,10 +43,13 @@ def clean_environment(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def gunicorn(port: int, env: dict[str, str], workers: int = 2) -> Iterator[subprocess.Popen[str]]:
+def gunicorn(
+    port: int, env: dict[str, str], workers: int = 2, *, config: bool = False
+) -> Iterator[subprocess.Popen[str]]:
+    given = ("-c", "python:lockgate.proxy.gunicorn_config") if config else ()
     process = subprocess.Popen(
         [
-            *(sys.executable, "-m", "gunicorn", FACTORY, "--worker-class", WORKER),
+            *(sys.executable, "-m", "gunicorn", *given, FACTORY, "--worker-class", WORKER),
             *("--workers", str(workers), "--bind", f"127.0.0.1:{port}"),
             *("--graceful-timeout", "20"),
             *NO_CONTROL_SOCKET,
@@ -186,3 +189,94 @@ def test_raw_gunicorn_serves_the_routes_of_a_config_file(tmp_path: Path) -> None
     assert unrouted[0] == 404  # no route serves a path outside every prefix
     assert server.server is not None
     assert [r.headers["authorization"] for r in server.server.requests] == ["Bearer [redacted]"]
+
+
+# --- bad settings fail in the master, before any worker (issue 27) ----------------------------
+
+BAD_SETTINGS = {
+    "no-upstream": ({}, "LOCKGATE_UPSTREAM is not set"),
+    "bad-number": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "LOCKGATE_IDLE_TIMEOUT": "soon"},
+        "LOCKGATE_IDLE_TIMEOUT must be a positive number of seconds",
+    ),
+    "missing-config": ({"LOCKGATE_CONFIG": "{tmp}/missing.yaml"}, "cannot read {tmp}/missing.yaml"),
+    "missing-key-file": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "LOCKGATE_API_KEY_FILE": "{tmp}/no-key"},
+        "LOCKGATE_API_KEY_FILE names {tmp}/no-key, which cannot be read",
+    ),
+    "key-without-token": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "LOCKGATE_API_KEY_FILE": "{tmp}/key"},
+        "needs LOCKGATE_CLIENT_TOKEN_FILE or LOCKGATE_CLIENT_TOKEN_ENV",
+    ),
+    "missing-metrics-folder": (
+        {"LOCKGATE_UPSTREAM": "http://127.0.0.1:9", "PROMETHEUS_MULTIPROC_DIR": "{tmp}/nowhere"},
+        "PROMETHEUS_MULTIPROC_DIR names {tmp}/nowhere, which does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SETTINGS))
+def test_with_its_config_gunicorn_refuses_bad_settings_in_the_master(
+    tmp_path: Path, case: str
+) -> None:
+    variables, said = BAD_SETTINGS[case]
+    write_secret(tmp_path / "key", HELD_KEY)
+    env = clean_environment(**{k: v.format(tmp=tmp_path) for k, v in variables.items()})
+    with gunicorn(dead_port(), env, workers=2, config=True) as process:
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 4, err
+    assert "Traceback" not in err
+    assert "Booting worker" not in err  # refused before any worker started
+    ours = [line for line in err.splitlines() if line.startswith("lockgate proxy: ")]
+    assert len(ours) == 1, err
+    assert said.format(tmp=tmp_path) in ours[0]
+
+
+def test_without_its_config_a_missing_metrics_folder_is_one_line_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    env = clean_environment(
+        LOCKGATE_UPSTREAM="http://127.0.0.1:9", PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "gone")
+    )
+    with gunicorn(dead_port(), env, workers=1) as process:
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 4, err
+    assert "Traceback" not in err
+    ours = [line for line in err.splitlines() if line.startswith("lockgate proxy: ")]
+    assert ours == [
+        f"lockgate proxy: PROMETHEUS_MULTIPROC_DIR names {tmp_path / 'gone'}, which does not "
+        "exist: make it (empty) before the proxy starts, or unset PROMETHEUS_MULTIPROC_DIR"
+    ]
+
+
+_KILLED_WORKER = """
+import os, signal
+from lockgate.proxy.metrics import ProxyMetrics
+metrics = ProxyMetrics()
+metrics.in_flight.labels("r").inc()
+metrics.requests.labels("r", "chat", "passed").inc()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+_RESTARTED_WORKER = """
+from lockgate.proxy.metrics import ProxyMetrics
+print(ProxyMetrics().render()[0].decode())
+"""
+
+
+def test_a_killed_workers_in_flight_gauge_does_not_survive_a_restart(tmp_path: Path) -> None:
+    env = clean_environment(PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_WORKER], env=env, capture_output=True, check=False
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert any(name.startswith("gauge_livesum_") for name in os.listdir(tmp_path))
+    restarted = subprocess.run(
+        [sys.executable, "-c", _RESTARTED_WORKER],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = restarted.stdout.splitlines()
+    assert 'lockgate_proxy_requests_total{outcome="passed",protocol="chat",route="r"} 1.0' in lines
+    assert not [line for line in lines if line.startswith("lockgate_proxy_in_flight{")]

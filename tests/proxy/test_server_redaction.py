@@ -6,6 +6,7 @@ what the gate judged."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from typing import Any
 
@@ -189,3 +190,81 @@ async def test_without_a_held_key_nothing_is_redacted() -> None:
         _, headers, got = await get(p.proxy.url + "/v1/models")
     assert got == body
     assert headers["X-Echo"] == HELD_KEY
+
+
+# --- a transfer coding other than chunked (issue 27) ------------------------------------------
+
+
+async def _raw_upstream(answer: bytes) -> tuple[asyncio.Server, str]:
+    """A loopback upstream that reads one request (its head and `Content-Length` body) and
+    writes `answer` as it is, then closes."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        await reader.readexactly(length)
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+def _gzip_chunked(status: str, content_type: str, body: bytes) -> bytes:
+    coded = gzip.compress(body)
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+        "Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+    ).encode()
+    return head + f"{len(coded):x}\r\n".encode() + coded + b"\r\n0\r\n\r\n"
+
+
+def _decoded(data: bytes) -> bytes:
+    """The bytes, un-gzipped where they are gzip (a coded body passed on as it came)."""
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError):
+        return data
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "content_type"),
+    [
+        ("POST", PATHS["chat"], "200 OK", "text/event-stream"),
+        ("POST", PATHS["chat"], "401 Unauthorized", "application/json"),
+        ("GET", "/v1/models", "200 OK", "application/json"),
+    ],
+    ids=["gated-stream", "error-status", "pass-through"],
+)
+async def test_a_transfer_coding_other_than_chunked_is_refused_not_passed_coded(
+    method: str, path: str, status: str, content_type: str
+) -> None:
+    echo = json.dumps({"error": {"message": f"Incorrect API key: {HELD_KEY}"}}).encode()
+    if content_type == "text/event-stream":
+        echo = b'data: {"echo": "' + HELD_KEY.encode() + b'"}\n\n'
+    server, base = await _raw_upstream(_gzip_chunked(status, content_type, echo))
+    try:
+        async with proxy_to(base, api_key=HELD_KEY) as proxied, aiohttp.ClientSession() as s:
+            body = json.dumps(request_for("chat")).encode() if method == "POST" else None
+            async with s.request(
+                method,
+                proxied.proxy.url + path,
+                data=body,
+                headers={"content-type": "application/json"},
+            ) as response:
+                got_status, got = response.status, await response.read()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert HELD_KEY.encode() not in _decoded(got)  # what a client that un-gzips reads
+    assert got_status == 502
+    assert "Transfer-Encoding" in json.loads(got)["error"]["message"]
+    [record] = proxied.records
+    assert record.outcome == "error"
+    assert "Transfer-Encoding" in (record.reason or "")

@@ -7,11 +7,16 @@ silence, a cut mid-answer), with what the client received and what the proxy rec
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
+import anthropic
 import openai
 import pytest
+from aiohttp import web
 
 from lockgate.proxy.config import RouteRetries
 from lockgate.proxy.server import ProxyConfig, ProxyRecord, serving
@@ -19,8 +24,16 @@ from lockgate.scripted.reply import Call, OpeningError, Reply, Say
 from lockgate.scripted.script import Faults, Turn
 
 from ..helpers import EDIT
-from .support import ends_with_refusal, request_for, tool_events
-from .test_server import call_reply, gating, origin, scripted
+from .support import ends_with_refusal, request_for, sdk_raises, tool_events
+from .test_server import (
+    call_reply,
+    gating,
+    origin,
+    proxy_to,
+    raw_exchange,
+    scripted,
+    serve_app,
+)
 
 PATH = "/v1/chat/completions"
 ACCEPTED = call_reply(Call("call_1", "edit", EDIT))
@@ -206,3 +219,232 @@ def test_the_shorthand_takes_retries_too() -> None:
     config = ProxyConfig("http://127.0.0.1:9", retries=retries(3, 10.0))
     [route] = config.settings().routes
     assert route.retries == RouteRetries(3, 10.0)
+
+
+# --- a retry after an upstream comment (issue 27) ------------------------------------------
+# OpenRouter sends `: OPENROUTER PROCESSING` before its first event. The comment goes out as a
+# keep-alive, so the client's 200 head went while the start was still held for a retry: every
+# later failure must end that open stream with the protocol's refusal frame, never a second
+# head, an error body spliced into the stream, or a clean empty end.
+
+COMMENT = b": OPENROUTER PROCESSING\n\n"
+
+
+async def _comment_then(request: web.Request, how: str) -> web.StreamResponse:
+    """A stream that sends OpenRouter's comment, then resets (`reset`) or ends (`end`)."""
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(COMMENT)
+    if how == "reset":
+        assert request.transport is not None
+        request.transport.abort()
+    return response
+
+
+async def _final(request: web.Request, how: str) -> web.StreamResponse:
+    if how == "429":
+        error = {"error": {"message": "Rate limit reached", "type": "rate_limit"}}
+        return web.json_response(error, status=429, headers={"retry-after": "0"})
+    if how == "500":
+        return web.json_response({"error": {"message": "boom", "type": "server"}}, status=500)
+    assert request.transport is not None  # a reset before the head
+    request.transport.abort()
+    return web.Response()
+
+
+@contextlib.asynccontextmanager
+async def commenting_upstream(first: str, then: str, attempts: list[int]) -> AsyncIterator[str]:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        attempts.append(1)
+        if len(attempts) == 1:
+            return await _comment_then(request, first)
+        return await _final(request, then)
+
+    async with serve_app(answer) as url:
+        yield url
+
+
+def _raw_request(body: object, path: str = PATH) -> bytes:
+    data = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+@pytest.mark.parametrize("first", ["reset", "end"])
+@pytest.mark.parametrize("then", ["429", "500", "reset"])
+async def test_a_failed_retry_after_a_comment_ends_the_open_stream_with_a_refusal(
+    first: str, then: str
+) -> None:
+    attempts: list[int] = []
+    async with (
+        commenting_upstream(first, then, attempts) as url,
+        proxy_to(url, retries=retries(attempts=1), gating=gating(idle_timeout=5.0)) as proxied,
+    ):
+        raw = await raw_exchange(proxied.proxy.url, _raw_request(request_for("chat")))
+    assert len(attempts) == 2
+    assert raw.count(b"HTTP/1.1 ") == 1  # one head, never a second status line
+    assert raw.startswith(b"HTTP/1.1 200 ")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"chunked" in head.lower()
+    assert b": lockgate keep-alive\n\n" in body  # the comment, as the proxy's keep-alive
+    frames = [line for line in body.split(b"\r\n") if line.startswith(b"data: ")]
+    assert len(frames) == 1  # the refusal frame, nothing spliced
+    error = json.loads(frames[0][6:])["error"]
+    assert error["code"] == "lockgate_opening"
+    assert b"\r\n0\r\n\r\n" in body  # the stream ended (its refusal said why)
+    [record] = proxied.records
+    assert record.status == 200  # the status that was sent
+    assert record.outcome == "error"
+    assert record.retries == 1
+
+
+@pytest.mark.parametrize("then", ["429", "reset"])
+async def test_the_openai_sdk_raises_on_a_failed_retry_after_a_comment(then: str) -> None:
+    attempts: list[int] = []
+    async with (
+        commenting_upstream("reset", then, attempts) as url,
+        proxy_to(url, retries=retries(attempts=1)) as proxied,
+    ):
+        client = openai.AsyncOpenAI(
+            base_url=proxied.proxy.url + "/v1", api_key="unused", max_retries=0
+        )
+        stream = await client.chat.completions.create(**{**request_for("chat"), "stream": True})
+        with pytest.raises(openai.APIError, match="lockgate proxy"):
+            async for _chunk in stream:
+                pass
+        await client.close()
+    assert len(attempts) == 2
+
+
+@pytest.mark.parametrize("then", ["500", "reset"])
+async def test_the_anthropic_sdk_raises_on_a_failed_retry_after_a_comment(then: str) -> None:
+    attempts: list[int] = []
+    async with (
+        commenting_upstream("reset", then, attempts) as url,
+        proxy_to(url, retries=retries(attempts=1)) as proxied,
+    ):
+        client = anthropic.AsyncAnthropic(
+            base_url=proxied.proxy.url, api_key="unused", max_retries=0
+        )
+        request = {**request_for("anthropic"), "stream": True}
+        stream = await client.messages.create(**request)
+        with pytest.raises(anthropic.APIStatusError, match="lockgate proxy"):
+            async for _event in stream:
+                pass
+        await client.close()
+    assert len(attempts) == 2
+
+
+async def test_retries_go_on_after_a_comment_while_nothing_else_was_seen() -> None:
+    attempts: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        attempts.append(1)
+        if len(attempts) < 3:
+            return await _comment_then(request, "reset")
+        return await _final(request, "429")
+
+    async with (
+        serve_app(answer) as url,
+        proxy_to(url, retries=retries(attempts=2)) as proxied,
+    ):
+        raw = await raw_exchange(proxied.proxy.url, _raw_request(request_for("chat")))
+    assert len(attempts) == 3
+    assert raw.count(b"HTTP/1.1 ") == 1
+    assert b"lockgate_opening" in raw
+    assert b"HTTP 429" in raw
+
+
+# --- header names in any letter case (issue 27) --------------------------------------------
+
+
+def _persistent(status: int, headers: dict[str, str], attempts: list[int]) -> Any:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        attempts.append(1)
+        error = {"error": {"message": "Overloaded", "type": "server"}}
+        return web.json_response(error, status=status, headers=headers)
+
+    return answer
+
+
+@pytest.mark.parametrize("name", ["X-Should-Retry", "x-SHOULD-retry"])
+async def test_a_mixed_case_should_retry_never_survives_beside_the_final_false(name: str) -> None:
+    attempts: list[int] = []
+    headers = {name: "true", "Retry-After": "0", "X-Request-Id": "req-1"}
+    async with (
+        serve_app(_persistent(503, headers, attempts)) as url,
+        proxy_to(url, retries=retries(attempts=2)) as proxied,
+        aiohttp.ClientSession() as session,
+        session.post(proxied.proxy.url + PATH, json=request_for("chat")) as response,
+    ):
+        await response.read()
+        assert response.status == 503
+        assert response.headers.getall("x-should-retry") == ["false"]
+        assert response.headers.getall("x-request-id") == ["req-1"]
+    assert len(attempts) == 3
+
+
+async def test_the_openai_sdk_does_not_multiply_retries_told_in_another_case() -> None:
+    attempts: list[int] = []
+    headers = {"X-Should-Retry": "true", "Retry-After": "0"}
+    async with (
+        serve_app(_persistent(503, headers, attempts)) as url,
+        proxy_to(url, retries=retries(attempts=2)) as proxied,
+    ):
+        client = openai.AsyncOpenAI(
+            base_url=proxied.proxy.url + "/v1", api_key="unused", max_retries=2
+        )
+        with pytest.raises(openai.InternalServerError):
+            await client.chat.completions.create(**{**request_for("chat"), "stream": True})
+        await client.close()
+    assert len(attempts) == 3  # the proxy's 3; the SDK's own retries obeyed `false`
+
+
+async def test_a_repeated_upstream_header_passes_with_every_value() -> None:
+    attempts: list[int] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        attempts.append(1)
+        response = web.json_response({"error": {"message": "no"}}, status=400)
+        response.headers.add("X-Trace", "a")
+        response.headers.add("X-Trace", "b")
+        return response
+
+    async with (
+        serve_app(answer) as url,
+        proxy_to(url) as proxied,
+        aiohttp.ClientSession() as session,
+        session.post(proxied.proxy.url + PATH, json=request_for("chat")) as response,
+    ):
+        await response.read()
+        assert response.headers.getall("x-trace") == ["a", "b"]
+
+
+SDK_PATHS = {
+    "chat": PATH,
+    "responses": "/v1/responses",
+    "anthropic": "/v1/messages",
+    "gemini": "/v1beta/models/lab-model:streamGenerateContent?alt=sse",
+}
+
+
+@pytest.mark.parametrize("provider", sorted(SDK_PATHS))
+async def test_every_official_sdk_raises_the_refusal_after_a_comment(provider: str) -> None:
+    attempts: list[int] = []
+    async with (
+        commenting_upstream("reset", "429", attempts) as url,
+        proxy_to(url, retries=retries(attempts=1)) as proxied,
+        aiohttp.ClientSession() as session,
+        session.post(proxied.proxy.url + SDK_PATHS[provider], json=request_for(provider)) as got,
+    ):
+        status, body = got.status, await got.read()
+    assert status == 200  # the head the comment sent
+    assert await sdk_raises(provider, body) == []
+    assert len(attempts) == 2

@@ -604,3 +604,27 @@ def test_the_sdk_does_not_retry_a_refusal_a_new_request_cannot_change() -> None:
     raised = run(ask())
     assert raised.response.headers["x-should-retry"] == "false"
     assert len(upstream.seen) == 1
+
+
+def test_a_refusal_says_do_not_retry_in_place_of_an_upstream_should_retry_in_any_case() -> None:
+    # An upstream's `X-Should-Retry: true` beside the refusal's `x-should-retry: false` made
+    # the header read `true, false`, which the SDK ignores, retrying the 502 (issue 27).
+    reply = two_calls(Call("call_2", "delete_everything", {"path": "/"}))
+    document = registry_entry("chat").render().completion(reply)
+    upstream = Upstream(
+        lambda _: httpx2.Response(200, headers={"X-Should-Retry": "true"}, json=document)
+    )
+
+    async def ask() -> openai.InternalServerError:
+        client = openai.AsyncOpenAI(
+            api_key="sk-test", base_url=f"{ORIGIN}/v1", http_client=gated(upstream), max_retries=2
+        )
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "fix it"}], tools=TOOLS["chat"]
+            )
+        return caught.value
+
+    raised = run(ask())
+    assert raised.response.headers.get_list("x-should-retry") == ["false"]
+    assert len(upstream.seen) == 1

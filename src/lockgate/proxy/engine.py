@@ -26,7 +26,9 @@ bytes for the client:
   no index or sequence number has to be rewritten; keep-alives (comments, the protocol's
   keep-alive events: `ping`) still pass at once. The bytes held are bounded per stream
   (`GatingOptions.max_held_bytes`) and, with a `HeldBudget`, across every stream of the
-  process.
+  process; they are kept in anonymous memory maps (`_HeldBytes`: what the budget counts is
+  what they cost) and released in pieces, each map given back to the system as the release
+  passes it.
 - **The judgement** is the client's (`client.StreamingModelClient._read`): the provider's
   decoder and `gate.ResponseGate` on every event, the body read to its end, a body ending
   inside an event refused as cut, the decoder's `end_of_stream`, then the upstream closed
@@ -77,16 +79,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import mmap
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterator,
     Mapping,
     Sequence,
 )
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from multidict import CIMultiDict
 
 from ..client import (
     DEADLINE_CHECK_EVERY,
@@ -144,6 +150,8 @@ DEFAULT_MAX_HELD_BYTES = 64 * 1024 * 1024
 Hold = Literal["tools", "terminal"]
 HOLDS: tuple[Hold, ...] = ("tools", "terminal")
 MAX_MESSAGE_CHARS = 2000  # of the reason a refusal states
+# The held bytes of an accepted stream go out in pieces this large (one write each).
+RELEASE_SLICE_BYTES = 256 * 1024
 
 # The normalized events from which a stream is held: a call, and the terminal.
 _HOLDS = frozenset({ToolCallStarted, ToolCallIdentified, ToolArgumentsDelta, ResponseCompleted})
@@ -249,6 +257,63 @@ class HeldBudget:
             self.on_change(self.held)
 
 
+class _HeldBytes:
+    """The frames one stream holds, in order, in anonymous memory maps of `SEGMENT` bytes
+    each (made as needed; a page is resident once written). A frame is a few hundred bytes:
+    as objects of their own they cost a third more than their bytes, fragment the heap, and
+    joining them for the release made a second copy of everything held; and a buffer from
+    the C heap may stay resident after it is freed. Mapped segments are given back to the
+    system as the release passes them (`pieces`) or when the stream ends (`close`)."""
+
+    __slots__ = ("_segments", "_used", "size")
+
+    SEGMENT = 1024 * 1024
+
+    def __init__(self) -> None:
+        self._segments: list[mmap.mmap] = []
+        self._used = self.SEGMENT  # of the last segment
+        self.size = 0
+
+    def append(self, data: bytes) -> None:
+        used = self._used
+        end = used + len(data)
+        if end <= self.SEGMENT:  # the common case: it fits in the last segment
+            self._segments[-1][used:end] = data
+            self._used = end
+            self.size += len(data)
+            return
+        view = memoryview(data)
+        try:
+            while view:
+                if self._used == self.SEGMENT:
+                    self._segments.append(mmap.mmap(-1, self.SEGMENT))
+                    self._used = 0
+                count = min(len(view), self.SEGMENT - self._used)
+                self._segments[-1][self._used : self._used + count] = view[:count]
+                self._used += count
+                view = view[count:]
+        finally:
+            view.release()
+        self.size += len(data)
+
+    def pieces(self, size: int) -> Iterator[bytes]:
+        """What is held, in order, in pieces of at most `size` bytes; each segment is given
+        back once its last piece was taken."""
+        while self._segments:
+            segment = self._segments[0]
+            end = self._used if len(self._segments) == 1 else self.SEGMENT
+            for start in range(0, end, size):
+                yield segment[start : min(end, start + size)]
+            self._segments.pop(0).close()
+        self.size = 0
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        self._segments.clear()
+        self.size = 0
+
+
 class _Judge:
     """Frames, decodes and gates one stream; decides per frame whether it is forwarded now
     or held. Synchronous: the engine feeds it and sends what it says."""
@@ -301,7 +366,7 @@ class _Judge:
         self.deadline_at = deadline_at
         self.decision: Decision | None = None
         self.holding = False
-        self.held: list[bytes] = []
+        self.held = _HeldBytes()
         self.out: list[bytes] = []  # to send now
         self.calls = 0  # tool calls that began
         self.last: ServerSentEvent | None = None  # the last event forwarded
@@ -349,8 +414,14 @@ class _Judge:
         if len(decision.message.tool_calls) != self.calls:
             raise _ModelRefused(decision)
         # The tail (a comment no blank line ended) is not released: nothing but judged
-        # events and keep-alives reaches a client.
-        return b"".join([self.drain(), *(self.preamble or ()), *self.held])
+        # events and keep-alives reaches a client. What goes before the held frames: the
+        # events judged last, the start held for a retry; the held frames then follow
+        # (`released`), never joined into a copy of them all.
+        return b"".join([self.drain(), *(self.preamble or ())])
+
+    def released(self) -> Iterator[bytes]:
+        """The held frames, in order, in pieces of at most `RELEASE_SLICE_BYTES`."""
+        return self.held.pieces(RELEASE_SLICE_BYTES)
 
     def _check_deadline(self) -> None:
         if self.clock() > self.deadline_at:
@@ -437,7 +508,9 @@ class _Judge:
         self.held.append(frame)
 
     def give_back(self) -> None:
-        """Return what this stream holds to the shared budget (it ended, either way)."""
+        """Return what this stream holds to the shared budget and its memory to the system
+        (it ended, either way)."""
+        self.held.close()
         if self.budget is not None and self.budgeted:
             self.budget.give(self.budgeted)
             self.budgeted = 0
@@ -756,8 +829,14 @@ class GatingStream:
             closed = True
             assert judge.decision is not None
             self.outcome = Accepted(judge.decision)
-            if released:
-                yield released
+            held = judge.held.size
+            if held and len(released) + held <= RELEASE_SLICE_BYTES:
+                yield b"".join([released, *judge.released()])  # one write, as ever
+            else:
+                if released:
+                    yield released
+                for piece in judge.released():  # in pieces: never a copy of all held
+                    yield piece
         finally:
             # Abandoned (the consumer closed the iteration, or was cancelled): nothing
             # more is read, and the upstream is closed.
@@ -976,18 +1055,20 @@ _NOT_FORWARDED = HOP_BY_HOP | {
 }
 
 
-def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
+def forwarded_headers(headers: Mapping[str, str]) -> CIMultiDict[str]:
     """The upstream response headers to pass on (`retry-after`, rate-limit headers, request
-    ids, the content type …): all but the hop-by-hop ones and those the body's framing
-    changes (the bytes passed on are the decoded body)."""
+    ids, the content type …), every value of a repeated one (a multidict's items), names in
+    any letter case: all but the hop-by-hop ones, those the `Connection` headers name, and
+    those the body's framing changes (the bytes passed on are the decoded body)."""
+    items = list(headers.items())
     named = {
         part.strip().lower()
-        for value in (headers.get("connection"), headers.get("Connection"))
-        if value
+        for name, value in items
+        if name.lower() == "connection"
         for part in value.split(",")
     }
-    return {
-        name: value
-        for name, value in headers.items()
+    return CIMultiDict(
+        (name, value)
+        for name, value in items
         if name.lower() not in _NOT_FORWARDED and name.lower() not in named
-    }
+    )

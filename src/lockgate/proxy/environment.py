@@ -40,6 +40,7 @@ __all__ = [
     "environment_config",
     "limit_variable",
     "settings_from_environment",
+    "startup_settings",
 ]
 
 
@@ -242,4 +243,21 @@ def settings_from_environment(env: Mapping[str, str]) -> tuple[ProxySettings, li
         raise ValueError(str(exc)) from None
     if settings.holds_keys and settings.client_token is None:
         raise ValueError(f"{path}: a route holds a key: the file needs a client_token")
+    return settings, variables
+
+
+def startup_settings(env: Mapping[str, str]) -> tuple[ProxySettings, list[str]]:
+    """What a process serving the proxy checks before it starts (gunicorn's master in
+    `gunicorn_config.on_starting`, each worker in `server.app_factory`): the settings
+    (`settings_from_environment`) and, when the metrics are on and
+    `PROMETHEUS_MULTIPROC_DIR` is set, that its folder can hold every worker's series.
+    ValueError: one line."""
+    from .metrics import MULTIPROCESS_VARIABLE, multiprocess_folder_problem
+
+    settings, variables = settings_from_environment(env)
+    folder = env.get(MULTIPROCESS_VARIABLE)
+    if settings.metrics and folder:
+        problem = multiprocess_folder_problem(folder)
+        if problem is not None:
+            raise ValueError(problem)
     return settings, variables

@@ -18,10 +18,16 @@ client), and its answer passed, gated or judged back to the client.
   backoff, or the server's `retry-after` when longer; a wait beyond the route's `max_wait`
   is not waited and not passed on: the client is told not to retry, the wait in the
   message. The final answer after spent retries says `x-should-retry: false`, so that the
-  client's own retries do not multiply them.
+  client's own retries do not multiply them. An upstream comment before the first content
+  (OpenRouter's `: OPENROUTER PROCESSING`) goes out as a keep-alive, and with it the head:
+  retries go on (the client saw nothing of the answer), but a failure after that head (an
+  error status, no answer, a refusal) ends the open stream with the protocol's refusal
+  frame, and the log records the status that was sent.
 - **A held key** goes in its protocol's header (a `key` in the query is the client's:
   dropped); whatever the upstream echoes of it reaches the client as `[redacted]`, and a
-  stream or whole answer is redacted before it is judged.
+  stream or whole answer is redacted before it is judged. An answer in a transfer coding
+  other than chunked (never asked for: the proxy sends no `TE`) is refused with a 502, as
+  its bytes would pass still coded, beyond redaction.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from ..cassette.recorder import CassetteRecorder
 from ..conversation import ToolSpec
@@ -67,6 +74,7 @@ from .upstream import (
     decodes,
     failure_before_answer,
     finish,
+    transfer_coding_problem,
     upstream_headers,
     upstream_url,
 )
@@ -227,6 +235,9 @@ class ProxyExchange:
         self.parsed: Mapping[str, Any] | None = None
         self.body = b""
         self._watchdog: _WriteWatchdog | None = None  # armed by the first write
+        # The refusal of the proxy's own answer (an error it gives), for a stream whose
+        # head already went: its frame ends that stream instead (`_refuse_in_stream`).
+        self._refusal: Refusal | None = None
 
     # --- the request -----------------------------------------------------------------------
 
@@ -279,20 +290,25 @@ class ProxyExchange:
         attempt = 0
         while True:
             upstream = route.upstreams[attempt % len(route.upstreams)]
+            self._refusal = None
             self.flow.retries = attempt
             if upstream.index:
                 self.flow.fallbacks += 1
-            can_retry = (
-                self.gateway is not None and attempt < retries.attempts and self.response is None
-            )
+            # A head that went out carried only keep-alives (an upstream comment while the
+            # start was held): nothing of the answer was seen, so a retry is still unseen.
+            can_retry = self.gateway is not None and attempt < retries.attempts
             try:
-                return await self._attempt(upstream, can_retry, spent=attempt > 0)
+                answer = await self._attempt(upstream, can_retry, spent=attempt > 0)
             except _Retry as retry:
                 attempt += 1
                 wait = _BACKOFF.backoff(attempt)
                 if retry.wait is not None:
                     wait = max(wait, retry.wait)
                 await asyncio.sleep(wait)
+                continue
+            if self.response is not None and answer is not self.response:
+                return await self._refuse_in_stream(self.response)
+            return answer
 
     async def _attempt(
         self, upstream: UpstreamRuntime, can_retry: bool, *, spent: bool
@@ -311,6 +327,9 @@ class ProxyExchange:
                     "which the proxy cannot decode"
                 )
                 return self._failed(502, reason, spent=spent)
+            coding = transfer_coding_problem(response.headers.getall("transfer-encoding", []))
+            if coding is not None:
+                return self._failed(502, coding, spent=spent)
             status = response.status
             if server.recorder is not None and self.entry is not None:
                 flow.exchange = server.recorder.exchange(
@@ -396,7 +415,7 @@ class ProxyExchange:
         self,
         response: aiohttp.ClientResponse,
         status: int,
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         can_retry: bool,
         spent: bool,
     ) -> web.StreamResponse:
@@ -412,7 +431,7 @@ class ProxyExchange:
         if can_retry and (wait is None or wait <= max_wait):
             body = await self._capped(response)
             if body is not None:
-                failure = self.entry.classify_error(status, _json(body), dict(response.headers))
+                failure = self.entry.classify_error(status, _json(body), response.headers)
                 if failure.retryable and (
                     failure.retry_after is None or failure.retry_after <= max_wait
                 ):
@@ -421,6 +440,8 @@ class ProxyExchange:
             if wait is None or wait <= max_wait:
                 if body is None:
                     return self._failed(502, "the upstream's error body broke off", spent=spent)
+                if self.response is not None:
+                    return self._late_status(response, status, body)
                 return web.Response(status=status, body=body, headers=headers)
         if wait is not None and wait > max_wait:
             message = (
@@ -429,18 +450,41 @@ class ProxyExchange:
                 f"({max_wait:g} s): not retried, do not retry"
             )
             flow.reason = f"opening: {message}"
-            sent = {
-                name: value
+            self._refusal = Refusal("opening", message, False, 0)
+            sent = CIMultiDict(
+                (name, value)
                 for name, value in headers.items()
                 if name.lower() not in _WAIT_HEADERS and name.lower() != "content-type"
-            }
+            )
             sent["content-type"] = "application/json"
             sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
             error = self.speaker.client_error_body(status, message)
             return web.Response(status=status, body=error, headers=sent)
+        if self.response is not None:
+            return self._late_status(response, status, await self._capped(response))
         if spent:
-            headers = {**headers, _DONT_RETRY[0]: _DONT_RETRY[1]}
+            headers = headers.copy()
+            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]  # in place of any case of it
         return await self._pass(response, status, headers, True, None)
+
+    def _late_status(
+        self, response: aiohttp.ClientResponse, status: int, body: bytes | None
+    ) -> web.Response:
+        """An error status after the client's head went out (a keep-alive before a retry):
+        neither its status nor its body can follow that head, so it becomes the refusal
+        `_refuse_in_stream` sends, which says the status and the upstream's message."""
+        assert self.entry is not None
+        failure = self.entry.classify_error(
+            status, _json(body) if body is not None else None, response.headers
+        )
+        excerpt = ""
+        if body:
+            excerpt = f": {quoted(body.decode('utf-8', 'replace'), 300)}"
+        reason = self.server.redact(f"the upstream answered HTTP {status}{excerpt}")
+        self.flow.outcome = "error"
+        self.flow.reason = f"opening: {reason}"
+        self._refusal = Refusal("opening", f"lockgate proxy: {reason}", failure.retryable, 0)
+        return web.Response(status=status)
 
     async def _capped(self, response: aiohttp.ClientResponse) -> bytes | None:
         """An error body, its first `ERROR_BODY_CAP_BYTES` (None: it broke off)."""
@@ -456,7 +500,7 @@ class ProxyExchange:
     async def _head(self, status: int, headers: Mapping[str, str]) -> web.StreamResponse:
         """The client's response head, sent once."""
         if self.response is None:
-            response = web.StreamResponse(status=status, headers=dict(headers))
+            response = web.StreamResponse(status=status, headers=CIMultiDict(headers))
             await response.prepare(self.request)
             self.response = response
         return self.response
@@ -493,7 +537,7 @@ class ProxyExchange:
         self,
         upstream: aiohttp.ClientResponse,
         status: int,
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         capped: bool,
         runtime: UpstreamRuntime | None,
     ) -> web.StreamResponse:
@@ -525,7 +569,7 @@ class ProxyExchange:
         self,
         upstream: aiohttp.ClientResponse,
         tools: Sequence[ToolSpec],
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         runtime: UpstreamRuntime,
         can_retry: bool,
     ) -> web.StreamResponse:
@@ -596,7 +640,7 @@ class ProxyExchange:
         self,
         upstream: aiohttp.ClientResponse,
         tools: Sequence[ToolSpec],
-        headers: dict[str, str],
+        headers: CIMultiDict[str],
         runtime: UpstreamRuntime,
         can_retry: bool,
         spent: bool,
@@ -646,7 +690,7 @@ class ProxyExchange:
         flow.judged(outcome)
         flow.status = verdict.status
         if isinstance(outcome, Refused):
-            sent = dict(verdict.headers)
+            sent = CIMultiDict(verdict.headers)
             if spent:
                 sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
             return web.Response(
@@ -668,10 +712,8 @@ class ProxyExchange:
         flow.outcome = "error"
         flow.status = status
         flow.reason = f"opening: {reason}"
-        if self.response is not None:  # a head already went (a retry after a keep-alive)
-            return self.response
         if self.gateway is not None:
-            refusal = Refusal("opening", f"lockgate proxy: {reason}", True, 0)
+            refusal = self._refusal = Refusal("opening", f"lockgate proxy: {reason}", True, 0)
             body = self.gateway.error_body(refusal)
         else:
             body = self.speaker.client_error_body(status, f"lockgate proxy: {reason}")
@@ -686,7 +728,7 @@ class ProxyExchange:
         assert self.gateway is not None
         flow = self.flow
         text = f"lockgate refused the response: {kind}: {self.server.redact(reason)}"
-        refusal = Refusal(kind, text, transient, 0)
+        refusal = self._refusal = Refusal(kind, text, transient, 0)
         flow.judged(Refused(refusal))
         flow.status = 502
         flow.reason = f"{kind}: {reason}"
@@ -698,6 +740,30 @@ class ProxyExchange:
             body=self.gateway.error_body(refusal),
             headers=headers,
         )
+
+    async def _refuse_in_stream(self, response: web.StreamResponse) -> web.StreamResponse:
+        """The proxy's own answer (an error status, no answer, a refusal) when the client's
+        head already went (an upstream comment passed on as a keep-alive while a retry was
+        possible): a second head cannot follow it, nor an error body inside the stream. The
+        open stream ends with the protocol's refusal frame, which the client's SDK raises;
+        the log keeps the status that was sent."""
+        flow = self.flow
+        flow.status = response.status
+        refusal = self._refusal
+        if refusal is None or self.gateway is None:  # never expected: every such answer says
+            refusal = Refusal(
+                "internal_error", "lockgate proxy: the response failed after it began", False, 0
+            )
+        assert self.gateway is not None
+        if flow.outcome not in ("error", "refused", "withheld"):
+            flow.outcome = "error"
+        try:
+            await self._write(response, self.gateway.refusal_frame(refusal, None))
+        except ConnectionError:
+            flow.outcome = "abandoned"
+            self._abort()
+            return response
+        return await self._end(response)
 
     def _abort(self) -> None:
         transport = self.request.transport

@@ -31,22 +31,81 @@ or a path beyond the route's name.
 to files in the folder `PROMETHEUS_MULTIPROC_DIR` names (prometheus_client's multiprocess
 mode, chosen when it is first imported, so the folder is set before any worker starts), and
 `/metrics` in any worker reads every worker's: counters and histograms summed, the gauges
-summed over the workers alive.
+summed over the workers alive. A folder that is not there (or not writable) is one line
+naming it (`multiprocess_folder_problem`), never a traceback about one of its files. The
+gauges of a process that died without being marked dead (SIGKILL, a crash, a restart after
+one) are forgotten when a proxy starts (`forget_dead_processes`): their files would keep
+counting their last value, `in_flight` above all.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 from typing import TYPE_CHECKING
 
+from .config import ConfigError
 from .flow import Flow
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["MULTIPROCESS_VARIABLE", "ProxyMetrics"]
+__all__ = [
+    "MULTIPROCESS_VARIABLE",
+    "ProxyMetrics",
+    "forget_dead_processes",
+    "multiprocess_folder_problem",
+]
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+# prometheus_client's file of one process's gauge summed (or kept) over the live processes.
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]*_(\d+)\.db")
+
+
+def multiprocess_folder_problem(folder: str) -> str | None:
+    """Why the metrics folder cannot hold every worker's series (None: it can)."""
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        return (
+            f"{MULTIPROCESS_VARIABLE} names {folder}, which {what}: make it (empty) before "
+            f"the proxy starts, or unset {MULTIPROCESS_VARIABLE}"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{MULTIPROCESS_VARIABLE} names {folder}, which this process cannot write"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def forget_dead_processes(folder: str) -> list[int]:
+    """Mark dead (`prometheus_client.multiprocess.mark_process_dead`) every process whose
+    live gauges are in `folder` but which no longer runs; the pids forgotten."""
+    from prometheus_client import multiprocess
+
+    dead: list[int] = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            found = _LIVE_GAUGE_FILE.fullmatch(name)
+            if found is None:
+                continue
+            pid = int(found.group(1))
+            if pid in dead or _alive(pid):
+                continue
+            with contextlib.suppress(OSError):
+                multiprocess.mark_process_dead(pid, folder)  # type: ignore[no-untyped-call]
+            dead.append(pid)
+    return dead
+
+
 # Seconds: the proxy adds well under a millisecond before a byte; a held stream and a
 # response last seconds to minutes.
 _ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 1.0)
@@ -63,12 +122,20 @@ _TOKEN_FIELDS = (
 class ProxyMetrics:
     """The proxy's series (a `flow.FlowHook`), in a registry of their own; `render` is the
     text `/metrics` answers. In multiprocess mode (`PROMETHEUS_MULTIPROC_DIR` set when
-    prometheus_client was imported), `render` reads every worker's files."""
+    prometheus_client was imported), `render` reads every worker's files; a folder that
+    cannot hold them is a `ConfigError` (one line), and the dead processes' gauges in it
+    are forgotten first."""
 
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-        self.multiprocess = bool(os.environ.get(MULTIPROCESS_VARIABLE))
+        folder = os.environ.get(MULTIPROCESS_VARIABLE)
+        self.multiprocess = bool(folder)
+        if folder:
+            problem = multiprocess_folder_problem(folder)
+            if problem is not None:
+                raise ConfigError(problem)
+            forget_dead_processes(folder)
         self.registry: CollectorRegistry = CollectorRegistry()
         registry = self.registry
         flow_labels = ("route", "protocol")

@@ -27,9 +27,11 @@ route that serves its path:
   capped, the bytes every held stream may hold at once (`max_held_bytes`). At the
   file-descriptor limit, new connections wait (accepting resumes as descriptors free up)
   and one line says so, at most every 10 s.
-- **Stopping** (`RunningProxy.stop`, or the runner's cleanup under gunicorn): no new
-  connection is accepted and a request on an open one gets 503; requests in flight may
-  finish within the grace period, then are cut (recorded as `cut`).
+- **Stopping** (`RunningProxy.stop`, or the runner's cleanup under gunicorn): first the
+  drain, still listening: `/readyz` answers 503 and every new request 503 with
+  `connection: close`, while the requests in flight may finish within the grace period;
+  then no new connection is accepted, and what is still in flight is cut (recorded as
+  `cut`).
 
 `serving` runs one in-process; `app_factory` builds one from the environment for gunicorn's
 aiohttp worker (`environment.py`). The proxy keeps no state between requests: several
@@ -66,13 +68,14 @@ from .config import (
     DEFAULT_MAX_HELD_BYTES,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_STREAMS,
+    ConfigError,
     ProxyConfig,
     ProxySettings,
     RouteSettings,
     upstream_problem,
 )
 from .engine import HeldBudget
-from .environment import config_from_environment, settings_from_environment
+from .environment import config_from_environment, startup_settings
 from .exchange import ProxyExchange, RouteRuntime, UpstreamRuntime
 from .flow import (
     Flow,
@@ -225,6 +228,7 @@ class ProxyServer:
         self.answered = 0
         self.started = False
         self.stopping = False
+        self.drain_until: float | None = None  # when the drain's grace ends (loop time)
         self.cutting = False
         self.grace = settings.grace_seconds
         self.accept_failing = False
@@ -286,14 +290,31 @@ class ProxyServer:
             keepalive_timeout=self.settings.head_timeout,
         )
 
-    async def wind_down(self, app: web.Application) -> None:
-        """Stopping (after the listening sockets closed and idle connections were closed):
-        a request on an open connection gets 503; those in flight may end within the grace
-        period; then the rest are cut."""
+    async def drain(self) -> None:
+        """Draining, before the listening sockets close (`ProxyRunner.cleanup`): `/readyz`
+        answers 503 and a new request 503 (`connection: close`), on a new connection too,
+        so that a load balancer's check reads it; the requests in flight may end within the
+        grace period. Once."""
+        if self.drain_until is not None:
+            return
         self.stopping = True
+        self.drain_until = asyncio.get_running_loop().time() + self.grace
         pending = set(self.tasks)
         if pending and self.grace > 0:
             await asyncio.wait(pending, timeout=self.grace)
+
+    async def wind_down(self, app: web.Application) -> None:
+        """Stopping (after the drain, the listening sockets and idle connections closed):
+        a request on an open connection gets 503; those in flight may end within what is
+        left of the grace period; then the rest are cut."""
+        self.stopping = True
+        loop = asyncio.get_running_loop()
+        left = self.grace
+        if self.drain_until is not None:
+            left = max(0.0, self.drain_until - loop.time())
+        pending = set(self.tasks)
+        if pending and left > 0:
+            await asyncio.wait(pending, timeout=left)
         if self.tasks:
             self.cutting = True
             for task in self.tasks:
@@ -623,6 +644,14 @@ class ProxyRunner(web.AppRunner):
         super().__init__(proxy.application(), **kwargs)
         self.proxy = proxy
 
+    async def cleanup(self) -> None:
+        """Drain while still listening (`ProxyServer.drain`: `/readyz` is 503 to a new
+        connection), then aiohttp's own: the sockets close, idle connections close, the
+        rest of the grace period, the cut."""
+        if self.server is not None and self.proxy.started:
+            await self.proxy.drain()
+        await super().cleanup()
+
     async def _make_server(self) -> web.Server:
         return _ProxyHTTPServer(self.proxy, await super()._make_server())
 
@@ -723,14 +752,17 @@ async def app_factory() -> web.AppRunner:
     `LOCKGATE_API_KEY_FILE` and `LOCKGATE_CLIENT_TOKEN_FILE` keep it out of every process's
     environment.
 
-    A setting it cannot use: one line on stderr (`lockgate proxy: REASON`) and exit 4,
-    gunicorn's code for an application that cannot load (its master stops instead of
-    starting workers again)."""
+    A setting it cannot use (a metrics folder that is not there among them): one line on
+    stderr (`lockgate proxy: REASON`) and exit 4, gunicorn's code for an application that
+    cannot load (its master stops instead of starting workers again). With several workers
+    each says it, and gunicorn's master may trip over the second exit (a traceback, exit
+    1): `gunicorn -c python:lockgate.proxy.gunicorn_config` checks the settings in the
+    master, before any worker starts (`gunicorn_config.on_starting`)."""
     try:
-        settings, variables = settings_from_environment(os.environ)
-    except ValueError as exc:
+        settings, variables = startup_settings(os.environ)
+        for variable in variables:
+            os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
+        return ProxyServer(settings, _environment_log).runner()
+    except (ValueError, ConfigError) as exc:
         print(f"lockgate proxy: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(APP_LOAD_ERROR) from None
-    for variable in variables:
-        os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
-    return ProxyServer(settings, _environment_log).runner()

@@ -187,7 +187,8 @@ class GatingTransport(httpx2.AsyncBaseTransport):
         )
         headers = _passed_headers(response.headers)
         if isinstance(verdict.outcome, Refused):
-            headers = _json_headers(headers)
+            told = {name.lower() for name, _ in verdict.headers}  # in place of any case
+            headers = [item for item in _json_headers(headers) if item[0].lower() not in told]
             headers.extend(verdict.headers)
         return httpx2.Response(
             verdict.status,

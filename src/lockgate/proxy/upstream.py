@@ -39,6 +39,7 @@ __all__ = [
     "failure_before_answer",
     "finish",
     "open_session",
+    "transfer_coding_problem",
     "upstream_headers",
     "upstream_timeout",
     "upstream_url",
@@ -112,13 +113,15 @@ def upstream_headers(
     return sent
 
 
-def client_headers(upstream: aiohttp.ClientResponse, redactor: Redactor | None) -> dict[str, str]:
-    """The upstream's headers to pass on (`engine.forwarded_headers`), redacted of a held
-    key (a header whose name holds it is dropped)."""
+def client_headers(upstream: aiohttp.ClientResponse, redactor: Redactor | None) -> CIMultiDict[str]:
+    """The upstream's headers to pass on (`engine.forwarded_headers`: every value, names in
+    any case), redacted of a held key (a header whose name holds it is dropped)."""
     headers = forwarded_headers(upstream.headers)
     if redactor is None:
         return headers
-    return {name: redactor(value) for name, value in headers.items() if redactor(name) == name}
+    return CIMultiDict(
+        (name, redactor(value)) for name, value in headers.items() if redactor(name) == name
+    )
 
 
 def client_credentials(headers: MultiMapping[str], keys: list[str]) -> list[str]:
@@ -139,6 +142,21 @@ def decodes(encoding: str) -> bool:
     """Whether aiohttp decodes a body in this `Content-Encoding` (it reads one value, any
     letter case; others pass encoded)."""
     return encoding.isascii() and encoding.lower() in _DECODED_ENCODINGS
+
+
+def transfer_coding_problem(values: list[str]) -> str | None:
+    """Why an answer's `Transfer-Encoding` cannot be read (None: none, or only `chunked`,
+    which aiohttp undoes). The proxy never asks for another (it sends no `TE`), and aiohttp
+    passes any other coding's bytes on still coded, where a held key echoed in them would
+    escape redaction, and the client could not read them: such an answer is refused."""
+    codings = [part.strip().lower() for value in values for part in value.split(",")]
+    if all(coding in ("chunked", "identity", "") for coding in codings):
+        return None
+    shown = quoted(", ".join(values), 80)
+    return (
+        f"the upstream answered with Transfer-Encoding {shown}; the proxy reads only chunked "
+        "(it did not ask for another)"
+    )
 
 
 def failure_before_answer(exc: BaseException, idle: float) -> tuple[int, str]:
