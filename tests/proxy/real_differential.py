@@ -3,7 +3,7 @@ process, on loopback) and through the transport (`gated_client()`), read by the 
 openai, anthropic, google-genai and litellm libraries (`real_readers.py`).
 
     .venv/bin/python -m tests.proxy.real_differential --budget N --seed S [--corpus DIR]
-        [--show K] [--save DIR]
+        [--show K] [--save DIR] [--whole]
 
 Each of the N cases takes a recording of a gated protocol (a 2xx answer, from
 `../shared/real-streams`, never copied here) and, at random: leaves it whole (15%: it is
@@ -22,7 +22,8 @@ fixed elsewhere), every other is new.
 
 It prints the totals (cases, reads per reader, accepted, refused, findings per reader and
 per mutation, known and new) and the first findings, and exits 1 if there is any finding,
-0 otherwise; with no recordings it says so and exits 0. `--save DIR` writes each finding's
+0 otherwise; with no recordings it says so and exits 0. `--whole`: instead, every recording
+once, unmutated (each read directly too). `--save DIR` writes each finding's
 bytes and request (`<case>-<reader>-<route>.json`) to reproduce it. Bad arguments: one line
 and exit 2.
 """
@@ -297,8 +298,11 @@ def gating_options() -> GatingOptions:
 def run_cases(cases: Callable[[Totals], Iterable[Case]], totals: Totals) -> Totals:
     """Run the cases (`cases(totals)`; on a loop of their own, loopback only)."""
     started, cpu = time.monotonic(), time.process_time()
+    refused = len(real_readers.REFUSED)
     with loopback_only():
         asyncio.run(_differential(cases(totals), totals, gating_options()))
+    for attempt in real_readers.REFUSED[refused:]:
+        totals.errors.append(f"beyond loopback, refused: {attempt}")
     totals.wall = time.monotonic() - started
     totals.cpu = time.process_time() - cpu
     return totals
@@ -311,6 +315,11 @@ def differential(
     return run_cases(
         lambda totals: _cases(recordings, budget, seed, totals), Totals(seed=seed, budget=budget)
     )
+
+
+def _whole(recordings: Sequence[Recording]) -> Iterator[Case]:
+    for number, recording in enumerate(recordings, 1):
+        yield Case(number, recording, (), recording.body, request_of(recording))
 
 
 def shaped(recording: Recording, shape: str, seed: int, number: int = 1) -> Case:
@@ -398,6 +407,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
     parser.add_argument("--show", type=int, default=10, help="findings to print")
     parser.add_argument("--save", type=Path, default=None, help="write each finding here")
+    parser.add_argument(
+        "--whole",
+        action="store_true",
+        help="instead: every recording once, unmutated, read directly and through the gate",
+    )
     args = parser.parse_args(argv)
     if args.budget < 0 or args.show < 0:
         parser.error("--budget and --show must not be negative")
@@ -417,7 +431,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"skipped: no recording of {', '.join(GATED)} at {corpus}")
         return 0
     warnings.filterwarnings("ignore", real_readers.LITELLM_WARNING, UserWarning)
-    totals = differential(recordings, args.budget, args.seed)
+    if args.whole:
+        totals = run_cases(lambda _: _whole(recordings), Totals(budget=len(recordings)))
+    else:
+        totals = differential(recordings, args.budget, args.seed)
     for line in report(totals, recordings, args.show):
         print(line)
     if args.save is not None:

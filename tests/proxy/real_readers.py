@@ -61,6 +61,7 @@ __all__ = [
     "KEY",
     "LITELLM_WARNING",
     "READERS",
+    "REFUSED",
     "ROUTES",
     "UNPARSED",
     "HeldCall",
@@ -761,6 +762,9 @@ def _show(call: HeldCall) -> str:
 
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# Every connection or lookup `loopback_only` refused (none is expected: a library that tries
+# one is reported by the differential).
+REFUSED: list[str] = []
 
 
 @contextlib.contextmanager
@@ -773,6 +777,7 @@ def loopback_only() -> Iterator[None]:
 
     def check(address: object) -> None:
         if isinstance(address, tuple) and address and address[0] not in _LOOPBACK:
+            REFUSED.append(f"a connection to {address[0]!r}")
             raise OSError(f"loopback only: a connection to {address[0]!r} refused")
 
     def connect(self: socket.socket, address: Any) -> None:
@@ -787,6 +792,7 @@ def loopback_only() -> Iterator[None]:
         if isinstance(host, bytes):
             host = host.decode()
         if host is not None and host not in _LOOPBACK:
+            REFUSED.append(f"a lookup of {host!r}")
             raise OSError(f"loopback only: no lookup of {host!r}")
         return original_getaddrinfo(host, *args, **kwargs)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import socket
 
 import pytest
 
@@ -49,10 +50,12 @@ from .real_mutations import KNOWN
 from .real_readers import (
     LITELLM_WARNING,
     READERS,
+    REFUSED,
     UNPARSED,
     HeldCall,
     Read,
     findings,
+    loopback_only,
     strict_problem,
 )
 
@@ -172,3 +175,15 @@ def test_strict_json_as_the_gate_rules_have_it() -> None:
     assert strict_problem('{"a": "\\ud83d"}') == "a lone surrogate"
     assert strict_problem('{"a": NaN}') is not None
     assert strict_problem('{"a": -Infinity}') is not None
+
+
+def test_nothing_leaves_loopback() -> None:
+    # The guard every run is under: a connection or a lookup beyond loopback raises before
+    # it is made (192.0.2.1 is TEST-NET-1, documentation only), and is counted.
+    before = len(REFUSED)
+    with loopback_only(), pytest.raises(OSError, match="loopback only"):
+        socket.create_connection(("192.0.2.1", 9), timeout=0.1)
+    with loopback_only(), pytest.raises(OSError, match="loopback only"):
+        socket.getaddrinfo("api.openai.com", 443)
+    assert len(REFUSED) == before + 2
+    del REFUSED[before:]
