@@ -16,7 +16,9 @@ a client uses it, reading over HTTP (no port of their rules, unlike `readers.py`
 
 Every client runs with `max_retries=0` and a placeholder key, against loopback only.
 litellm reads its cost map from the package (`LITELLM_LOCAL_MODEL_COST_MAP`, set before
-it is imported) and runs without callbacks or telemetry.
+it is imported), runs without callbacks or telemetry, and is told a neutral model name (a
+llama one makes it fetch a tokenizer from the Hugging Face hub; `HF_HUB_OFFLINE` is set
+too). `loopback_only` refuses, and counts, any connection beyond loopback.
 
 `Upstream` serves given bytes to any request (and keeps the requests); `ROUTES` are the
 three ways a reader gets them: `direct` (from the upstream), `proxy` (through `lockgate
@@ -33,6 +35,10 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 os.environ.setdefault("LITELLM_LOG", "CRITICAL")
+# litellm counts tokens where a stream reports none, with a tokenizer it would fetch from the
+# Hugging Face hub for some model names (llama, command-r): never (and the model names it is
+# given are neutral ones).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import contextlib
 import json
@@ -80,6 +86,9 @@ KEY = "sk-placeholder-not-a-key"
 # What litellm's logging warns after a stream with thinking blocks (its own model's type).
 LITELLM_WARNING = "Pydantic serializer warnings"
 MODEL = "lab-model"
+# The model litellm is told (whatever the recording's): a name that selects no tokenizer of
+# the Hugging Face hub (litellm fetches one for llama and command-r names).
+LITELLM_MODEL = "lockgate-model"
 ROUTES = ("direct", "proxy", "transport")
 
 
@@ -477,7 +486,7 @@ async def _litellm_read(name: str, request: Mapping[str, Any], at: Endpoint) -> 
         arguments["tools"] = tools
     client = None
     if protocol == "chat":
-        arguments["model"] = "openai/" + str(request.get("model") or MODEL)
+        arguments["model"] = "openai/" + LITELLM_MODEL
         arguments["api_base"] = at.base + "/v1"
         if at.http is not None:
             client = openai.AsyncOpenAI(
@@ -485,7 +494,7 @@ async def _litellm_read(name: str, request: Mapping[str, Any], at: Endpoint) -> 
             )
             arguments["client"] = client
     else:
-        arguments["model"] = "anthropic/" + str(request.get("model") or "claude-lab")
+        arguments["model"] = "anthropic/" + LITELLM_MODEL
         arguments["api_base"] = at.base
         arguments["max_tokens"] = int(request.get("max_tokens") or 1024)
     chunks: list[Any] = []
