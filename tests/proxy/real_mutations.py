@@ -12,6 +12,8 @@ a namespace, a client-executed built-in tool) so that the call they add can be a
   lone surrogate (an escape in the argument text, or a raw one in the event's string).
 - `chat index`: a Chat call's `index` null, missing on one fragment beside indexed calls, a
   new id at an index in use, indexes with gaps, reversed or negative.
+- `chat repeated fragment`: a Chat call's first fragment (id and name, or one of them) sent
+  again, identical.
 - `anthropic start input`: a `tool_use` start with a non-empty `input`, its deltas kept or
   dropped.
 - `responses no done`: a function call's `output_item.done` (and its `arguments.done`)
@@ -364,6 +366,37 @@ def chat_index(rng: random.Random, protocol: str, body: bytes, request: Request)
     return events.body(), request, how
 
 
+def chat_repeated_fragment(
+    rng: random.Random, protocol: str, body: bytes, request: Request
+) -> Mutated | None:
+    """A call's first fragment (its id and name) sent again, at once or later: the gate
+    reads an id or name that is set again to the same value as no change; openai-python's
+    stream state concatenates them (`accumulate_delta`)."""
+    if protocol != "chat":
+        return None
+    events = _Events(body)
+    calls = [fragments for fragments in _chat_calls(events).values() if fragments]
+    if not calls:
+        return None
+    fragments = rng.choice(calls)
+    index, first = fragments[0]
+    how = rng.choice(["id and name", "name", "id"])
+    repeated = copy.deepcopy(first)
+    function = repeated.get("function")
+    if how == "name":
+        repeated.pop("id", None)
+    if how == "id" and isinstance(function, dict):
+        function.pop("name", None)
+    if isinstance(function, dict):
+        function["arguments"] = ""
+    payload = copy.deepcopy(events.payloads[index])
+    payload["choices"][0]["delta"] = {"tool_calls": [repeated]}
+    payload["choices"][0]["finish_reason"] = None
+    after = fragments[rng.randrange(len(fragments))][0]
+    events.inserted.setdefault(after, []).append(payload)
+    return events.body(), request, how
+
+
 # --- Anthropic ---------------------------------------------------------------------------------
 
 
@@ -682,6 +715,7 @@ def gemini_parts(
 SHAPES: dict[str, Shape] = {
     "json in arguments": json_in_arguments,
     "chat index": chat_index,
+    "chat repeated fragment": chat_repeated_fragment,
     "anthropic start input": anthropic_start_input,
     "responses no done": responses_no_done,
     "responses output null": responses_output_null,
