@@ -20,6 +20,7 @@ from ..codex_grammars import APPLY_PATCH_TOOL, EXEC_TOOL, custom_tool
 from .support import ends_with_refusal, gate_turn, options, run
 from .test_server import gating
 from .test_server_protocols import post, recording_upstream
+from .test_server_routes import request
 
 COMMAND = "await tools.exec_command({cmd: 'touch /tmp/lockgate-marker'})"
 PATCH = "*** Begin Patch\n*** Add File: notes.txt\n+hello\n*** End Patch\n"
@@ -122,6 +123,11 @@ async def test_a_grammar_the_gate_cannot_use_is_said_once_and_its_input_is_any_t
             status, answer = await post(running.url + "/v1/responses", codex_request(unusable))
             assert status == 200
             assert b"custom_tool_call" in answer  # any text: released
+        _, _, metrics = await request("GET", running.url + "/metrics")
+    # said once, counted for every request that declared it
+    assert b'lockgate_proxy_unusable_tools_total{protocol="responses",route="default"} 2.0' in (
+        metrics
+    ), metrics.decode()
     assert len(said) == 1
     assert said[0].startswith(
         "lockgate proxy: the input format of custom tool 'exec' is not one the gate can check "

@@ -361,6 +361,9 @@ class ProxyExchange:
                 tools = server.declared_tools(self.gateway, self.parsed, self.route)
             except Exception as exc:  # a request whose tools cannot be read
                 return self._unjudged("internal_error", f"the request's tools ({describe(exc)})")
+            self.flow.unusable_tools = sum(
+                getattr(tool, "schema_problem", None) is not None for tool in tools
+            )
             if gates(self.gateway, self.parsed, status, self.target):
                 return await self._gate(response, tools, headers, upstream, can_retry)
             return await self._whole(response, tools, headers, upstream, can_retry, spent)

@@ -86,6 +86,9 @@ class Flow:
     held_until: float | None = None  # when it released or refused what it held
     usage: Usage | None = None  # what the response stated it used
     calls: int = 0  # tool calls released
+    # declared tools whose schema or grammar the gate cannot use (their calls are checked
+    # as a JSON object only, a custom tool's input as any text)
+    unusable_tools: int = 0
     ended: float | None = None
 
     def judged(self, outcome: Accepted | Refused | None) -> None:

@@ -25,7 +25,10 @@ or a path beyond the route's name.
 - `lockgate_proxy_response_seconds{route,protocol}`: time from the request to the end of
   its answer;
 - `lockgate_proxy_tokens_total{route,protocol,type}`: tokens the responses stated
-  (`input`, `output`, `cached_input`, `reasoning`, `cache_write`).
+  (`input`, `output`, `cached_input`, `reasoning`, `cache_write`);
+- `lockgate_proxy_unusable_tools_total{route,protocol}`: tools declared by the requests
+  whose schema or grammar the gate cannot use (each named once in the log; their calls are
+  checked as a JSON object only, a custom tool's input as any text).
 
 **Several workers** (`lockgate proxy --workers N`, gunicorn): each worker writes its series
 to files in the folder `PROMETHEUS_MULTIPROC_DIR` names (prometheus_client's multiprocess
@@ -222,6 +225,13 @@ class ProxyMetrics:
             registry=registry,
         )
 
+        self.unusable_tools = Counter(
+            "lockgate_proxy_unusable_tools",
+            "Declared tools whose schema or grammar the gate cannot use.",
+            flow_labels,
+            registry=registry,
+        )
+
     # --- the hook ---------------------------------------------------------------------------
 
     def started(self, flow: Flow) -> None:
@@ -241,6 +251,8 @@ class ProxyMetrics:
             self.withheld.labels(route, protocol).inc(flow.withheld)
         if flow.calls:
             self.released.labels(route, protocol).inc(flow.calls)
+        if flow.unusable_tools:
+            self.unusable_tools.labels(route, protocol).inc(flow.unusable_tools)
         if flow.retries:
             self.retries.labels(route).inc(flow.retries)
         if flow.fallbacks:
