@@ -270,6 +270,7 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
     from ..cassette.format import CassetteError
     from ..credentials import Redactor
     from ..display import visible
+    from ..proxy.config import ConfigError
     from ..proxy.server import serving
 
     redact = Redactor(SECRETS)
@@ -304,7 +305,8 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
             reason = exc.strerror or type(exc).__name__
             where = f"{settings.host}:{settings.port}"
             raise UsageError(f"cannot listen on {where}: {reason}") from None
-        except CassetteError as exc:  # the --record folder went away since it was checked
+        except (CassetteError, ConfigError) as exc:  # the --record folder went away since
+            # it was checked; a metrics folder (PROMETHEUS_MULTIPROC_DIR) that is not one
             raise UsageError(str(exc)) from None
         try:
             emit(listening_output(running.url, settings, args.json))

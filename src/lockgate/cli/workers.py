@@ -47,12 +47,17 @@ def serve_workers(args: argparse.Namespace, settings: ProxySettings) -> int:
         raise UsageError("--workers needs gunicorn: pip install 'lockgate[server]'") from None
     from ..credentials import Redactor
     from ..display import visible
-    from ..proxy.metrics import MULTIPROCESS_VARIABLE
+    from ..proxy.metrics import MULTIPROCESS_VARIABLE, multiprocess_folder_problem
     from ..proxy.server import ProxyRecord, ProxyServer
 
     if "prometheus_client" in sys.modules and settings.metrics:  # pragma: no cover
         raise UsageError("--workers: the metrics library was loaded too early")
     made: str | None = None
+    given = os.environ.get(MULTIPROCESS_VARIABLE)
+    if settings.metrics and given:  # checked here, before a worker trips over it
+        problem = multiprocess_folder_problem(given)
+        if problem is not None:
+            raise UsageError(problem)
     if settings.metrics and not os.environ.get(MULTIPROCESS_VARIABLE):
         made = tempfile.mkdtemp(prefix="lockgate-metrics-")
         os.environ[MULTIPROCESS_VARIABLE] = made
