@@ -44,6 +44,7 @@ __all__ = [
     "InputFormat",
     "grammar_check",
     "input_format",
+    "prepare",
 ]
 
 MAX_DEFINITION_CHARS = 65_536
@@ -139,6 +140,13 @@ def _byte_tokenizer() -> LLTokenizer:
 
         _tokenizer = LLTokenizer(TokenizerWrapper(_Bytes()), slices=[])
     return _tokenizer
+
+
+def prepare() -> None:
+    """Load llguidance and build the byte vocabulary now (about 160 ms, once per process),
+    so that the first request declaring a grammar does not pay it on a server's event
+    loop."""
+    _byte_tokenizer()
 
 
 def grammar_check(found: InputFormat) -> GrammarCheck | str:

@@ -60,6 +60,7 @@ from ..conversation import ToolSpec
 from ..credentials import Redactor
 from ..events import CALL_CUSTOM
 from ..gateway import Gateway
+from ..grammar import prepare as prepare_grammars
 from ..jsonlimits import TooComplex, parse_document
 from ..providers.base import Provider
 from .access import TOKEN_HEADER, Access, host_name_problem, quoted
@@ -210,6 +211,7 @@ class ProxyServer:
         )
         self.held = HeldBudget(settings.max_held_bytes)  # shared by every gated stream
         self.unusable_schemas: set[tuple[str, str]] = set()  # (tool, problem) said once
+        prepare_grammars()  # llguidance loaded now, not on the loop at the first grammar
         self.hooks: list[FlowHook] = list(hooks)
         if log is not None:
             self.hooks.insert(0, LogHook(log, self.redact))
