@@ -16,9 +16,9 @@ def test_a_missing_metrics_folder_is_one_line_and_exit_2(
     tmp_path: Path, workers: list[str]
 ) -> None:
     missing = tmp_path / "no-such-folder"
+    command = [sys.executable, "-m", "lockgate", "proxy", "--upstream", "http://127.0.0.1:9"]
     done = subprocess.run(
-        [sys.executable, "-m", "lockgate", "proxy", "--upstream", "http://127.0.0.1:9"]
-        + ["--port", "0", *workers],
+        [*command, "--port", "0", *workers],
         env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(missing)},
         capture_output=True,
         text=True,
