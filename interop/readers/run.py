@@ -35,7 +35,6 @@ arguments, a missing node or npm, or an installation that failed (one line).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
@@ -54,10 +53,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from aiohttp import ClientConnectionResetError, web
-from tests.proxy.differential import CORPUS, MUTATIONS, Recording, load
+from tests.proxy.differential import MUTATIONS, Arguments, Recording, recordings_or_exit
 from tests.proxy.support import gate_stream, run
 
 from interop.agents.run import launch_proxy
@@ -739,27 +738,17 @@ def report(
         print(f"cases with a finding written to {folder}")
 
 
-class _Arguments(argparse.ArgumentParser):
-    """Bad arguments: one line, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Arguments(
+    parser = Arguments(
         prog="python -m interop.readers.run",
         description="Mutated real recordings through lockgate proxy, read by real JS libraries.",
     )
-    parser.add_argument("--budget", type=int, default=200, help="cases (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="the random seed")
-    parser.add_argument("--show", type=int, default=20, help="findings to print (default 20)")
+    parser.common(200, 0, 20, "cases (default 200)", "findings")
     parser.add_argument("--batch", type=int, default=100, help="cases per node process")
     parser.add_argument("--unmutated", type=float, default=0.2, help="share of unmutated cases")
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds per node batch, plus 15 per read"
     )
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
     parser.add_argument("--cache", type=Path, default=None, help="the npm folder")
     parser.add_argument("--out", type=Path, default=None, help="where cases with a finding go")
     parser.add_argument("--no-install", action="store_true", help="never run npm")
@@ -770,18 +759,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not 0.0 <= args.unmutated <= 1.0 or math.isnan(args.unmutated):
         parser.error("--unmutated must be between 0 and 1")
-    corpus: Path = args.corpus
-    if not corpus.is_dir():
-        print(f"skipped: no real recordings at {corpus}")
-        return 0
-    try:
-        recordings = load(corpus)
-    except (OSError, ValueError) as exc:
-        print(f"error: a recording at {corpus} cannot be read ({exc})")
-        return 2
-    if not recordings:
-        print(f"skipped: no recording of a gated protocol at {corpus}")
-        return 0
+    recordings = recordings_or_exit(args.corpus)
+    if isinstance(recordings, int):
+        return recordings
     try:
         cache = install((args.cache or default_cache()).resolve(), not args.no_install)
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
