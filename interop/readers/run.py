@@ -9,7 +9,8 @@ Installs the pinned packages (`PACKAGES`) with npm into the cache folder (defaul
 `~/.cache/lockgate/interop-readers`, or `$LOCKGATE_INTEROP_READERS_CACHE`; skipped when they
 are there). Then builds N cases from the recordings of `../shared/real-streams` (never copied
 here): each a recording with one to three mutations (`tests.proxy.differential.MUTATIONS`
-and `shapes.SHAPES`), or, for a share of them (`--unmutated`, 0.2), the recording as it is.
+and `tests.proxy.real_mutations.SHAPES`, the shapes the Python differential
+runs too), or, for a share of them (`--unmutated`, 0.2), the recording as it is.
 A loopback upstream serves each case's body (the case is named by the request's model); the
 real `lockgate proxy --upstream` (default flags, `--json` for its log) stands in front. One
 node process per batch of cases (`readers.mjs`) reads each case through the proxy with each
@@ -57,13 +58,12 @@ from typing import Any
 
 from aiohttp import ClientConnectionResetError, web
 from tests.proxy.differential import MUTATIONS, Arguments, Recording, recordings_or_exit
+from tests.proxy.real_mutations import SHAPES, custom_grammar_violation
 from tests.proxy.support import gate_stream, run
 
 from interop.agents.run import launch_proxy
 from lockgate.conversation import ToolCall
 from lockgate.proxy import Accepted, GatingOptions
-
-from .shapes import SHAPES, Shape, custom_grammar_violation
 
 __all__ = ["PACKAGES", "READERS", "main"]
 
@@ -89,21 +89,26 @@ READERS: dict[str, tuple[str, ...]] = {
 READER_NAMES = ("openai-node", "anthropic-node", "genai-node", "ai-sdk")
 UNMUTATED = "unmutated"
 NEW = "NEW"
-# The kinds known when this was written (issue 27), each recognised by a mutation it needs and
-# the readers it shows in; anything else is NEW.
-KNOWN: tuple[tuple[str, str, frozenset[str]], ...] = (
-    ("NaN: the AI SDK drops the chunk", "args NaN/Infinity", frozenset({"ai-sdk"})),
+# The kinds known when this was written (issue 27), each recognised by the mutations it needs
+# (a shape's name, or its name and variant: `json in arguments: nan`) and the readers it shows
+# in; anything else is NEW.
+KNOWN: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
+    (
+        "NaN: the AI SDK drops the chunk",
+        ("json in arguments: nan", "json in arguments: infinity"),
+        frozenset({"ai-sdk"}),
+    ),
     (
         "Chat index null: openai-node drops the fragment",
-        "chat index null",
+        ("chat index: null",),
         frozenset({"openai-node"}),
     ),
     (
         "Anthropic start input: the SDK ends with other input",
-        "anthropic start input",
+        ("anthropic start input",),
         frozenset(READER_NAMES),
     ),
-    ("Responses call without output_item.done", "responses no item done", frozenset(READER_NAMES)),
+    ("Responses call without output_item.done", ("responses no done",), frozenset(READER_NAMES)),
 )
 GRAMMAR = "custom tool grammar not checked"
 DIRECT = "unmutated: read otherwise through the proxy than directly"
@@ -169,7 +174,7 @@ def install(cache: Path, allowed: bool) -> Path:
 class Case:
     number: int
     recording: Recording
-    labels: tuple[str, ...]  # the mutations applied (empty: unmutated)
+    labels: tuple[str, ...]  # the mutations applied, a shape's with its variant (empty: unmutated)
     request: dict[str, Any]
     body: bytes
 
@@ -178,20 +183,28 @@ class Case:
         return " + ".join(self.labels) or UNMUTATED
 
 
-def _wrap(name: str) -> Shape:
-    mutation = MUTATIONS[name]
+def mutate(
+    name: str, rng: random.Random, protocol: str, request: dict[str, Any], body: bytes
+) -> tuple[dict[str, Any], bytes, str] | None:
+    """A framing mutation or a shape applied: the request, the body, and the label (a shape's
+    is its name and variant); None where it does not apply."""
+    if name in SHAPES:
+        shaped = SHAPES[name](rng, protocol, body, request)
+        if shaped is None:
+            return None
+        body, request, variant = shaped
+        return request, body, f"{name}: {variant}"
+    changed = MUTATIONS[name](rng, protocol, body)
+    return None if changed is None else (request, changed, name)
 
-    def shape(
-        rng: random.Random, protocol: str, request: dict[str, Any], body: bytes
-    ) -> tuple[dict[str, Any], bytes] | None:
-        changed = mutation(rng, protocol, body)
-        return None if changed is None else (request, changed)
 
-    return shape
+def _matches(label: str, mutation: str) -> bool:
+    """Whether a case's label is `mutation` (a name, or a name and variant)."""
+    return label == mutation or label.startswith(mutation + ": ")
 
 
-def all_shapes() -> dict[str, Shape]:
-    return {**{name: _wrap(name) for name in MUTATIONS}, **SHAPES}
+def known_kind(label: str) -> str | None:
+    return next((kind for kind, names, _ in KNOWN if any(_matches(label, n) for n in names)), None)
 
 
 def make_cases(
@@ -199,7 +212,6 @@ def make_cases(
 ) -> tuple[list[Case], list[str]]:
     """`budget` cases (the draws of `seed`); the mutations that raised, as lines."""
     rng = random.Random(seed)
-    shapes = all_shapes()
     old, new = sorted(MUTATIONS), sorted(SHAPES)
     cases: list[Case] = []
     broken: list[str] = []
@@ -213,13 +225,13 @@ def make_cases(
             for _ in range(rng.choice([1, 1, 1, 2, 3])):
                 name = rng.choice(new if rng.random() < 0.5 else old)
                 try:
-                    changed = shapes[name](rng, recording.protocol, request, body)
+                    changed = mutate(name, rng, recording.protocol, request, body)
                 except Exception as exc:  # the mutation's own bug: reported, never a traceback
                     broken.append(f"{recording.name} [{name}]: the mutation raised {exc!r}")
                     continue
                 if changed is not None:
-                    request, body = changed
-                    applied.append(name)
+                    request, body, label = changed
+                    applied.append(label)
             if not applied:
                 continue
         cases.append(Case(len(cases), recording, tuple(applied), request, body))
@@ -468,10 +480,11 @@ def _short(text: str, limit: int = 160) -> str:
 
 
 def classify(case: Case, reader: str) -> str:
-    for kind, mutation, readers in KNOWN:
-        if mutation in case.labels and reader in readers:
+    for kind, names, readers in KNOWN:
+        if reader in readers and any(_matches(label, n) for label in case.labels for n in names):
             return f"known: {kind}"
-    suspects = [name for name in case.labels if name in SHAPES] or list(case.labels)
+    suspects = [label for label in case.labels if label.split(": ")[0] in SHAPES]
+    suspects = suspects or list(case.labels)
     return f"{NEW} ({' + '.join(suspects) or UNMUTATED})"
 
 
@@ -673,8 +686,8 @@ def report(
     if totals.missed_by_mutation:
         print("reads that ended without a released call, per reader x mutation (not findings):")
         for (reader, name), count in sorted(totals.missed_by_mutation.items()):
-            known = [kind for kind, mutation, _ in KNOWN if mutation == name]
-            note = f" (known: {known[0]})" if known else ""
+            known = known_kind(name)
+            note = f" (known: {known})" if known else ""
             print(f"  {reader} x {name}: {count}{note}")
     for line in [*served.problems, *totals.log_mismatches, *broken]:
         print(f"problem: {line}")

@@ -36,12 +36,13 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
 from .differential import _frames
 
-__all__ = ["KNOWN", "SHAPES", "Shape"]
+__all__ = ["KNOWN", "SHAPES", "Shape", "custom_grammar_violation"]
 
 Request = dict[str, Any]
 # The mutated body and request, and which variant of the mutation it was.
@@ -642,6 +643,27 @@ def _responses_item(
     output.append(copy.deepcopy(item))
     events.changed.add(at)
     return events.body(), {**request, "tools": tools}, how
+
+
+def custom_grammar_violation(request: Request, name: str, text: str) -> bool:
+    """Whether `text` is outside the regex grammar `request` declares for the custom tool
+    `name` (False where it declares none this checks: a lark grammar, or no format)."""
+    tools = request.get("tools")
+    for declared in tools if isinstance(tools, list) else []:
+        if not isinstance(declared, dict) or declared.get("type") != "custom":
+            continue
+        if declared.get("name") != name:
+            continue
+        form = declared.get("format")
+        if (
+            isinstance(form, dict)
+            and form.get("type") == "grammar"
+            and form.get("syntax") == "regex"
+        ):
+            definition = form.get("definition")
+            if isinstance(definition, str):
+                return re.fullmatch(definition, text) is None
+    return False
 
 
 # --- Gemini ------------------------------------------------------------------------------------
