@@ -59,7 +59,7 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, web
 from tests.proxy.differential import MUTATIONS, Arguments, Recording, recordings_or_exit
 from tests.proxy.real_mutations import SHAPES, custom_grammar_violation
-from tests.proxy.support import gate_stream, run
+from tests.proxy.support import aiohttp_loopback, gate_stream, run
 
 from interop.agents.run import launch_proxy
 from lockgate.conversation import ToolCall
@@ -374,39 +374,31 @@ async def serve(cases: Sequence[Case], cache: Path, batch: int, limit: float) ->
     """Every job of every case through the proxy (and direct for the unmutated ones)."""
     all_jobs = [(job, case) for case in cases for job in jobs_for(case)]
     upstream = Upstream({job.model: case.body for job, case in all_jobs})
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", upstream.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    upstream_url = f"http://127.0.0.1:{port}"
     results: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     proxy = None
-    try:
-        proxy = await launch_proxy(["--upstream", upstream_url, "--port", "0", "--json"])
-        with tempfile.TemporaryDirectory(prefix="lockgate-readers-") as temporary:
-            for start in range(0, len(cases), batch):
-                chosen = cases[start : start + batch]
-                jobs = [
-                    _node_job(j, c, proxy.url, upstream_url) for c in chosen for j in jobs_for(c)
-                ]
-                folder = Path(temporary) / f"batch-{start}"
-                folder.mkdir()
-                found, problem = await run_batch(cache, jobs, folder, limit + 15 * len(jobs))
-                results.update(found)
-                if problem is not None:
-                    problems.append(f"cases {start}-{start + len(chosen) - 1}: {problem}")
-                done = min(len(cases), start + batch)
-                print(f"  read {done}/{len(cases)} cases", flush=True)
-    finally:
-        if proxy is not None:
-            await proxy.stop()
-        await runner.cleanup()
+    async with aiohttp_loopback(upstream.handle) as upstream_url:
+        try:
+            proxy = await launch_proxy(["--upstream", upstream_url, "--port", "0", "--json"])
+            with tempfile.TemporaryDirectory(prefix="lockgate-readers-") as temporary:
+                for start in range(0, len(cases), batch):
+                    chosen = cases[start : start + batch]
+                    jobs = [
+                        _node_job(j, c, proxy.url, upstream_url)
+                        for c in chosen
+                        for j in jobs_for(c)
+                    ]
+                    folder = Path(temporary) / f"batch-{start}"
+                    folder.mkdir()
+                    found, problem = await run_batch(cache, jobs, folder, limit + 15 * len(jobs))
+                    results.update(found)
+                    if problem is not None:
+                        problems.append(f"cases {start}-{start + len(chosen) - 1}: {problem}")
+                    done = min(len(cases), start + batch)
+                    print(f"  read {done}/{len(cases)} cases", flush=True)
+        finally:
+            if proxy is not None:
+                await proxy.stop()
     log = [] if proxy is None else list(proxy.lines)
     return Served(results, upstream.requests, log, problems, upstream.unknown)
 
