@@ -40,7 +40,16 @@ from lockgate.sse import SSEFramer
 from .readers import EVIL, READERS, audit, evil_data
 from .support import gate_stream, options, run
 
-__all__ = ["CORPUS", "MUTATIONS", "Arguments", "Recording", "load", "main", "recordings_or_exit"]
+__all__ = [
+    "CORPUS",
+    "MUTATIONS",
+    "Arguments",
+    "Recording",
+    "load",
+    "main",
+    "recordings_or_exit",
+    "report_head",
+]
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "real-streams"
 GATED = ("responses", "chat", "anthropic", "gemini")
@@ -520,11 +529,16 @@ class _Reads:
         pass
 
 
-def _report(totals: Totals, recordings: Sequence[Recording], seed: int, budget: int) -> None:
+def report_head(title: str, seed: int, budget: int, recordings: Sequence[Recording]) -> list[str]:
+    """A differential report's first lines: what ran, on how many recordings of each protocol."""
     per_protocol = Counter(recording.protocol for recording in recordings)
-    print(f"differential fuzz: seed {seed}, budget {budget}")
     streams = ", ".join(f"{name} {per_protocol[name]}" for name in GATED)
-    print(f"streams: {len(recordings)} ({streams})")
+    return [f"{title}: seed {seed}, budget {budget}", f"streams: {len(recordings)} ({streams})"]
+
+
+def _report(totals: Totals, recordings: Sequence[Recording], seed: int, budget: int) -> None:
+    for line in report_head("differential fuzz", seed, budget, recordings):
+        print(line)
     print(f"mutations run: {totals.runs}")
     print(f"accepted: {totals.accepted}")
     print(f"refused: {totals.refused}")

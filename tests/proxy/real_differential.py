@@ -47,7 +47,7 @@ from lockgate.proxy import GatingOptions
 from lockgate.proxy.server import ProxyRecord
 
 from . import real_readers
-from .differential import GATED, MUTATIONS, Arguments, Recording, recordings_or_exit
+from .differential import MUTATIONS, Arguments, Recording, recordings_or_exit, report_head
 from .real_mutations import KNOWN, SHAPES
 from .real_readers import READERS, Read, findings, loopback_only, released_calls
 from .support import options
@@ -331,13 +331,8 @@ def shaped(recording: Recording, shape: str, seed: int, number: int = 1) -> Case
 
 
 def report(totals: Totals, recordings: Sequence[Recording], show: int = 10) -> list[str]:
-    per_protocol = Counter(recording.protocol for recording in recordings)
     lines = [
-        f"real-reader differential: seed {totals.seed}, budget {totals.budget}",
-        "streams: "
-        + f"{len(recordings)} ("
-        + ", ".join(f"{name} {per_protocol[name]}" for name in GATED)
-        + ")",
+        *report_head("real-reader differential", totals.seed, totals.budget, recordings),
         f"cases: {totals.cases} (accepted {totals.accepted}, refused {totals.refused})",
         f"time: {totals.wall:.1f} s wall, {totals.cpu:.1f} s CPU",
         "reads per reader (raised on a stream the gate accepted; findings known, new):",
