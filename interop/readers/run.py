@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
 import json
 import math
 import os
@@ -47,7 +46,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -61,7 +59,8 @@ from tests.proxy.differential import MUTATIONS, Arguments, Recording, recordings
 from tests.proxy.real_mutations import SHAPES, custom_grammar_violation
 from tests.proxy.support import aiohttp_loopback, gate_stream, run
 
-from interop.agents.run import launch_proxy
+from interop.agents.agents import Installation
+from interop.agents.run import UsageError, launch_proxy, npm_install, results_folder
 from lockgate.conversation import ToolCall
 from lockgate.proxy import Accepted, GatingOptions
 
@@ -114,10 +113,6 @@ GRAMMAR = "custom tool grammar not checked"
 DIRECT = "unmutated: read otherwise through the proxy than directly"
 
 
-class UsageError(Exception):
-    """One line for the user; exit 2."""
-
-
 # --- installation ----------------------------------------------------------------------------
 
 
@@ -128,41 +123,12 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "lockgate" / "interop-readers"
 
 
-def installed_version(root: Path, package: str) -> str | None:
-    try:
-        value = json.loads((root / "node_modules" / package / "package.json").read_text())
-    except (OSError, ValueError):
-        return None
-    version = value.get("version") if isinstance(value, dict) else None
-    return version if isinstance(version, str) else None
-
-
 def install(cache: Path, allowed: bool) -> Path:
     """The pinned packages in `cache` (npm install when one is missing), the harness beside
     them; the folder."""
     if shutil.which("node") is None:
         raise UsageError("node is not on PATH: install Node.js 20+ with npm first")
-    missing = [f"{p}@{v}" for p, v in PACKAGES.items() if installed_version(cache, p) != v]
-    if missing:
-        if not allowed:
-            raise UsageError(f"not installed in {cache}: {', '.join(missing)} (drop --no-install)")
-        npm = shutil.which("npm")
-        if npm is None:
-            raise UsageError("npm is not on PATH: install Node.js 20+ with npm first")
-        cache.mkdir(parents=True, exist_ok=True)
-        pinned = [f"{package}@{version}" for package, version in PACKAGES.items()]
-        print(f"installing into {cache}: {' '.join(pinned)}", flush=True)
-        command = [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", *pinned]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
-        except subprocess.TimeoutExpired:
-            raise UsageError("npm install took longer than 600 s") from None
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise UsageError(f"npm install failed ({done.returncode}): {' / '.join(tail)}")
-        still = [f"{p}@{v}" for p, v in PACKAGES.items() if installed_version(cache, p) != v]
-        if still:
-            raise UsageError(f"npm install left out: {', '.join(still)}")
+    npm_install(Installation(cache, PACKAGES), allowed, timeout=600)
     shutil.copyfile(Path(__file__).with_name(SCRIPT), cache / SCRIPT)
     return cache
 
@@ -769,9 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return recordings
     try:
         cache = install((args.cache or default_cache()).resolve(), not args.no_install)
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        out: Path = (args.out or cache / "results" / stamp).resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        out = results_folder(cache, args.out)
     except UsageError as exc:
         print(f"error: {exc}")
         return 2
