@@ -58,9 +58,10 @@ AI_SDK_SCRIPT = "ai_sdk_agent.mjs"
 
 @dataclass(frozen=True)
 class Installation:
-    """The npm folder the agents are installed in."""
+    """The npm folder the agents (or other pinned `packages`) are installed in."""
 
     root: Path
+    packages: Mapping[str, str] = field(default_factory=lambda: PACKAGES)
 
     def bin(self, name: str) -> Path:
         return self.root / "node_modules" / ".bin" / name
@@ -78,7 +79,7 @@ class Installation:
         """The pinned packages not installed at their version."""
         return [
             f"{package}@{version}"
-            for package, version in PACKAGES.items()
+            for package, version in self.packages.items()
             if self.installed_version(package) != version
         ]
 

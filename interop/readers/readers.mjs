@@ -62,6 +62,20 @@ function sdkBody(request, model) {
 
 // --- the official SDKs ----------------------------------------------------------------------
 
+// A stream helper read to its end: the calls of what `finish()` gives, or, when it raises, the
+// error and the calls of its snapshot then (`snapshot()`, where it has one).
+async function toTheEnd(finish, snapshot, calls) {
+  try {
+    return { calls: calls(await finish()) };
+  } catch (error) {
+    let seen = [];
+    try {
+      seen = calls(snapshot());
+    } catch {}
+    return { error: message(error), seen };
+  }
+}
+
 async function openaiChat(job) {
   const client = new OpenAI({ baseURL: `${job.base}/v1`, apiKey: KEY, maxRetries: 0 });
   const stream = client.chat.completions.stream(sdkBody(job.request, job.model), {
@@ -73,16 +87,11 @@ async function openaiChat(job) {
         call(c.function?.name, c.function?.arguments, { raw: c.function?.arguments ?? null }),
       ),
     );
-  try {
-    const final = await stream.finalChatCompletion();
-    return { calls: fromMessage(final) };
-  } catch (error) {
-    let seen = [];
-    try {
-      seen = fromMessage(stream.currentChatCompletionSnapshot);
-    } catch {}
-    return { error: message(error), seen };
-  }
+  return toTheEnd(
+    () => stream.finalChatCompletion(),
+    () => stream.currentChatCompletionSnapshot,
+    fromMessage,
+  );
 }
 
 function responsesItemCall(item) {
@@ -128,16 +137,7 @@ async function anthropicMessages(job) {
     (msg?.content ?? [])
       .filter((block) => block?.type === "tool_use")
       .map((block) => valueCall(block.name, block.input));
-  try {
-    const final = await stream.finalMessage();
-    return { calls: fromMessage(final) };
-  } catch (error) {
-    let seen = [];
-    try {
-      seen = fromMessage(stream.currentMessage);
-    } catch {}
-    return { error: message(error), seen };
-  }
+  return toTheEnd(() => stream.finalMessage(), () => stream.currentMessage, fromMessage);
 }
 
 function genaiConfig(request) {

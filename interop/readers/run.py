@@ -9,7 +9,8 @@ Installs the pinned packages (`PACKAGES`) with npm into the cache folder (defaul
 `~/.cache/lockgate/interop-readers`, or `$LOCKGATE_INTEROP_READERS_CACHE`; skipped when they
 are there). Then builds N cases from the recordings of `../shared/real-streams` (never copied
 here): each a recording with one to three mutations (`tests.proxy.differential.MUTATIONS`
-and `shapes.SHAPES`), or, for a share of them (`--unmutated`, 0.2), the recording as it is.
+and `tests.proxy.real_mutations.SHAPES`, the shapes the Python differential
+runs too), or, for a share of them (`--unmutated`, 0.2), the recording as it is.
 A loopback upstream serves each case's body (the case is named by the request's model); the
 real `lockgate proxy --upstream` (default flags, `--json` for its log) stands in front. One
 node process per batch of cases (`readers.mjs`) reads each case through the proxy with each
@@ -35,11 +36,9 @@ arguments, a missing node or npm, or an installation that failed (one line).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import contextlib
-import datetime
 import json
 import math
 import os
@@ -47,24 +46,23 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from aiohttp import ClientConnectionResetError, web
-from tests.proxy.differential import CORPUS, MUTATIONS, Recording, load
-from tests.proxy.support import gate_stream, run
+from tests.proxy.differential import MUTATIONS, Arguments, Recording, recordings_or_exit
+from tests.proxy.real_mutations import SHAPES, custom_grammar_violation
+from tests.proxy.support import aiohttp_loopback, gate_stream, run
 
-from interop.agents.run import launch_proxy
+from interop.agents.agents import Installation
+from interop.agents.run import UsageError, launch_proxy, npm_install, results_folder
 from lockgate.conversation import ToolCall
 from lockgate.proxy import Accepted, GatingOptions
-
-from .shapes import SHAPES, Shape, custom_grammar_violation
 
 __all__ = ["PACKAGES", "READERS", "main"]
 
@@ -90,28 +88,29 @@ READERS: dict[str, tuple[str, ...]] = {
 READER_NAMES = ("openai-node", "anthropic-node", "genai-node", "ai-sdk")
 UNMUTATED = "unmutated"
 NEW = "NEW"
-# The kinds known when this was written (issue 27), each recognised by a mutation it needs and
-# the readers it shows in; anything else is NEW.
-KNOWN: tuple[tuple[str, str, frozenset[str]], ...] = (
-    ("NaN: the AI SDK drops the chunk", "args NaN/Infinity", frozenset({"ai-sdk"})),
+# The kinds known when this was written (issue 27), each recognised by the mutations it needs
+# (a shape's name, or its name and variant: `json in arguments: nan`) and the readers it shows
+# in; anything else is NEW.
+KNOWN: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
+    (
+        "NaN: the AI SDK drops the chunk",
+        ("json in arguments: nan", "json in arguments: infinity"),
+        frozenset({"ai-sdk"}),
+    ),
     (
         "Chat index null: openai-node drops the fragment",
-        "chat index null",
+        ("chat index: null",),
         frozenset({"openai-node"}),
     ),
     (
         "Anthropic start input: the SDK ends with other input",
-        "anthropic start input",
+        ("anthropic start input",),
         frozenset(READER_NAMES),
     ),
-    ("Responses call without output_item.done", "responses no item done", frozenset(READER_NAMES)),
+    ("Responses call without output_item.done", ("responses no done",), frozenset(READER_NAMES)),
 )
 GRAMMAR = "custom tool grammar not checked"
 DIRECT = "unmutated: read otherwise through the proxy than directly"
-
-
-class UsageError(Exception):
-    """One line for the user; exit 2."""
 
 
 # --- installation ----------------------------------------------------------------------------
@@ -124,41 +123,12 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "lockgate" / "interop-readers"
 
 
-def installed_version(root: Path, package: str) -> str | None:
-    try:
-        value = json.loads((root / "node_modules" / package / "package.json").read_text())
-    except (OSError, ValueError):
-        return None
-    version = value.get("version") if isinstance(value, dict) else None
-    return version if isinstance(version, str) else None
-
-
 def install(cache: Path, allowed: bool) -> Path:
     """The pinned packages in `cache` (npm install when one is missing), the harness beside
     them; the folder."""
     if shutil.which("node") is None:
         raise UsageError("node is not on PATH: install Node.js 20+ with npm first")
-    missing = [f"{p}@{v}" for p, v in PACKAGES.items() if installed_version(cache, p) != v]
-    if missing:
-        if not allowed:
-            raise UsageError(f"not installed in {cache}: {', '.join(missing)} (drop --no-install)")
-        npm = shutil.which("npm")
-        if npm is None:
-            raise UsageError("npm is not on PATH: install Node.js 20+ with npm first")
-        cache.mkdir(parents=True, exist_ok=True)
-        pinned = [f"{package}@{version}" for package, version in PACKAGES.items()]
-        print(f"installing into {cache}: {' '.join(pinned)}", flush=True)
-        command = [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", *pinned]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=600)
-        except subprocess.TimeoutExpired:
-            raise UsageError("npm install took longer than 600 s") from None
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            raise UsageError(f"npm install failed ({done.returncode}): {' / '.join(tail)}")
-        still = [f"{p}@{v}" for p, v in PACKAGES.items() if installed_version(cache, p) != v]
-        if still:
-            raise UsageError(f"npm install left out: {', '.join(still)}")
+    npm_install(Installation(cache, PACKAGES), allowed, timeout=600)
     shutil.copyfile(Path(__file__).with_name(SCRIPT), cache / SCRIPT)
     return cache
 
@@ -170,7 +140,7 @@ def install(cache: Path, allowed: bool) -> Path:
 class Case:
     number: int
     recording: Recording
-    labels: tuple[str, ...]  # the mutations applied (empty: unmutated)
+    labels: tuple[str, ...]  # the mutations applied, a shape's with its variant (empty: unmutated)
     request: dict[str, Any]
     body: bytes
 
@@ -179,20 +149,28 @@ class Case:
         return " + ".join(self.labels) or UNMUTATED
 
 
-def _wrap(name: str) -> Shape:
-    mutation = MUTATIONS[name]
+def mutate(
+    name: str, rng: random.Random, protocol: str, request: dict[str, Any], body: bytes
+) -> tuple[dict[str, Any], bytes, str] | None:
+    """A framing mutation or a shape applied: the request, the body, and the label (a shape's
+    is its name and variant); None where it does not apply."""
+    if name in SHAPES:
+        shaped = SHAPES[name](rng, protocol, body, request)
+        if shaped is None:
+            return None
+        body, request, variant = shaped
+        return request, body, f"{name}: {variant}"
+    changed = MUTATIONS[name](rng, protocol, body)
+    return None if changed is None else (request, changed, name)
 
-    def shape(
-        rng: random.Random, protocol: str, request: dict[str, Any], body: bytes
-    ) -> tuple[dict[str, Any], bytes] | None:
-        changed = mutation(rng, protocol, body)
-        return None if changed is None else (request, changed)
 
-    return shape
+def _matches(label: str, mutation: str) -> bool:
+    """Whether a case's label is `mutation` (a name, or a name and variant)."""
+    return label == mutation or label.startswith(mutation + ": ")
 
 
-def all_shapes() -> dict[str, Shape]:
-    return {**{name: _wrap(name) for name in MUTATIONS}, **SHAPES}
+def known_kind(label: str) -> str | None:
+    return next((kind for kind, names, _ in KNOWN if any(_matches(label, n) for n in names)), None)
 
 
 def make_cases(
@@ -200,7 +178,6 @@ def make_cases(
 ) -> tuple[list[Case], list[str]]:
     """`budget` cases (the draws of `seed`); the mutations that raised, as lines."""
     rng = random.Random(seed)
-    shapes = all_shapes()
     old, new = sorted(MUTATIONS), sorted(SHAPES)
     cases: list[Case] = []
     broken: list[str] = []
@@ -214,13 +191,13 @@ def make_cases(
             for _ in range(rng.choice([1, 1, 1, 2, 3])):
                 name = rng.choice(new if rng.random() < 0.5 else old)
                 try:
-                    changed = shapes[name](rng, recording.protocol, request, body)
+                    changed = mutate(name, rng, recording.protocol, request, body)
                 except Exception as exc:  # the mutation's own bug: reported, never a traceback
                     broken.append(f"{recording.name} [{name}]: the mutation raised {exc!r}")
                     continue
                 if changed is not None:
-                    request, body = changed
-                    applied.append(name)
+                    request, body, label = changed
+                    applied.append(label)
             if not applied:
                 continue
         cases.append(Case(len(cases), recording, tuple(applied), request, body))
@@ -363,39 +340,31 @@ async def serve(cases: Sequence[Case], cache: Path, batch: int, limit: float) ->
     """Every job of every case through the proxy (and direct for the unmutated ones)."""
     all_jobs = [(job, case) for case in cases for job in jobs_for(case)]
     upstream = Upstream({job.model: case.body for job, case in all_jobs})
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", upstream.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-    upstream_url = f"http://127.0.0.1:{port}"
     results: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     proxy = None
-    try:
-        proxy = await launch_proxy(["--upstream", upstream_url, "--port", "0", "--json"])
-        with tempfile.TemporaryDirectory(prefix="lockgate-readers-") as temporary:
-            for start in range(0, len(cases), batch):
-                chosen = cases[start : start + batch]
-                jobs = [
-                    _node_job(j, c, proxy.url, upstream_url) for c in chosen for j in jobs_for(c)
-                ]
-                folder = Path(temporary) / f"batch-{start}"
-                folder.mkdir()
-                found, problem = await run_batch(cache, jobs, folder, limit + 15 * len(jobs))
-                results.update(found)
-                if problem is not None:
-                    problems.append(f"cases {start}-{start + len(chosen) - 1}: {problem}")
-                done = min(len(cases), start + batch)
-                print(f"  read {done}/{len(cases)} cases", flush=True)
-    finally:
-        if proxy is not None:
-            await proxy.stop()
-        await runner.cleanup()
+    async with aiohttp_loopback(upstream.handle) as upstream_url:
+        try:
+            proxy = await launch_proxy(["--upstream", upstream_url, "--port", "0", "--json"])
+            with tempfile.TemporaryDirectory(prefix="lockgate-readers-") as temporary:
+                for start in range(0, len(cases), batch):
+                    chosen = cases[start : start + batch]
+                    jobs = [
+                        _node_job(j, c, proxy.url, upstream_url)
+                        for c in chosen
+                        for j in jobs_for(c)
+                    ]
+                    folder = Path(temporary) / f"batch-{start}"
+                    folder.mkdir()
+                    found, problem = await run_batch(cache, jobs, folder, limit + 15 * len(jobs))
+                    results.update(found)
+                    if problem is not None:
+                        problems.append(f"cases {start}-{start + len(chosen) - 1}: {problem}")
+                    done = min(len(cases), start + batch)
+                    print(f"  read {done}/{len(cases)} cases", flush=True)
+        finally:
+            if proxy is not None:
+                await proxy.stop()
     log = [] if proxy is None else list(proxy.lines)
     return Served(results, upstream.requests, log, problems, upstream.unknown)
 
@@ -469,10 +438,11 @@ def _short(text: str, limit: int = 160) -> str:
 
 
 def classify(case: Case, reader: str) -> str:
-    for kind, mutation, readers in KNOWN:
-        if mutation in case.labels and reader in readers:
+    for kind, names, readers in KNOWN:
+        if reader in readers and any(_matches(label, n) for label in case.labels for n in names):
             return f"known: {kind}"
-    suspects = [name for name in case.labels if name in SHAPES] or list(case.labels)
+    suspects = [label for label in case.labels if label.split(": ")[0] in SHAPES]
+    suspects = suspects or list(case.labels)
     return f"{NEW} ({' + '.join(suspects) or UNMUTATED})"
 
 
@@ -674,8 +644,8 @@ def report(
     if totals.missed_by_mutation:
         print("reads that ended without a released call, per reader x mutation (not findings):")
         for (reader, name), count in sorted(totals.missed_by_mutation.items()):
-            known = [kind for kind, mutation, _ in KNOWN if mutation == name]
-            note = f" (known: {known[0]})" if known else ""
+            known = known_kind(name)
+            note = f" (known: {known})" if known else ""
             print(f"  {reader} x {name}: {count}{note}")
     for line in [*served.problems, *totals.log_mismatches, *broken]:
         print(f"problem: {line}")
@@ -739,27 +709,17 @@ def report(
         print(f"cases with a finding written to {folder}")
 
 
-class _Arguments(argparse.ArgumentParser):
-    """Bad arguments: one line, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Arguments(
+    parser = Arguments(
         prog="python -m interop.readers.run",
         description="Mutated real recordings through lockgate proxy, read by real JS libraries.",
     )
-    parser.add_argument("--budget", type=int, default=200, help="cases (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="the random seed")
-    parser.add_argument("--show", type=int, default=20, help="findings to print (default 20)")
+    parser.common(200, 0, 20, "cases (default 200)", "findings")
     parser.add_argument("--batch", type=int, default=100, help="cases per node process")
     parser.add_argument("--unmutated", type=float, default=0.2, help="share of unmutated cases")
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds per node batch, plus 15 per read"
     )
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
     parser.add_argument("--cache", type=Path, default=None, help="the npm folder")
     parser.add_argument("--out", type=Path, default=None, help="where cases with a finding go")
     parser.add_argument("--no-install", action="store_true", help="never run npm")
@@ -770,23 +730,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if not 0.0 <= args.unmutated <= 1.0 or math.isnan(args.unmutated):
         parser.error("--unmutated must be between 0 and 1")
-    corpus: Path = args.corpus
-    if not corpus.is_dir():
-        print(f"skipped: no real recordings at {corpus}")
-        return 0
-    try:
-        recordings = load(corpus)
-    except (OSError, ValueError) as exc:
-        print(f"error: a recording at {corpus} cannot be read ({exc})")
-        return 2
-    if not recordings:
-        print(f"skipped: no recording of a gated protocol at {corpus}")
-        return 0
+    recordings = recordings_or_exit(args.corpus)
+    if isinstance(recordings, int):
+        return recordings
     try:
         cache = install((args.cache or default_cache()).resolve(), not args.no_install)
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        out: Path = (args.out or cache / "results" / stamp).resolve()
-        out.mkdir(parents=True, exist_ok=True)
+        out = results_folder(cache, args.out)
     except UsageError as exc:
         print(f"error: {exc}")
         return 2

@@ -40,7 +40,16 @@ from lockgate.sse import SSEFramer
 from .readers import EVIL, READERS, audit, evil_data
 from .support import gate_stream, options, run
 
-__all__ = ["CORPUS", "MUTATIONS", "Recording", "load", "main"]
+__all__ = [
+    "CORPUS",
+    "MUTATIONS",
+    "Arguments",
+    "Recording",
+    "load",
+    "main",
+    "recordings_or_exit",
+    "report_head",
+]
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "real-streams"
 GATED = ("responses", "chat", "anthropic", "gemini")
@@ -520,11 +529,16 @@ class _Reads:
         pass
 
 
-def _report(totals: Totals, recordings: Sequence[Recording], seed: int, budget: int) -> None:
+def report_head(title: str, seed: int, budget: int, recordings: Sequence[Recording]) -> list[str]:
+    """A differential report's first lines: what ran, on how many recordings of each protocol."""
     per_protocol = Counter(recording.protocol for recording in recordings)
-    print(f"differential fuzz: seed {seed}, budget {budget}")
     streams = ", ".join(f"{name} {per_protocol[name]}" for name in GATED)
-    print(f"streams: {len(recordings)} ({streams})")
+    return [f"{title}: seed {seed}, budget {budget}", f"streams: {len(recordings)} ({streams})"]
+
+
+def _report(totals: Totals, recordings: Sequence[Recording], seed: int, budget: int) -> None:
+    for line in report_head("differential fuzz", seed, budget, recordings):
+        print(line)
     print(f"mutations run: {totals.runs}")
     print(f"accepted: {totals.accepted}")
     print(f"refused: {totals.refused}")
@@ -546,28 +560,32 @@ def _report(totals: Totals, recordings: Sequence[Recording], seed: int, budget: 
         print(example)
 
 
-class _Arguments(argparse.ArgumentParser):
-    """Bad arguments: one line, exit 2."""
+class Arguments(argparse.ArgumentParser):
+    """A differential's command line: bad arguments are one line and exit 2."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}\n")
 
+    def common(self, budget: int, seed: int, show: int, budget_help: str, shown: str) -> None:
+        """The arguments every differential takes: --budget, --seed, --corpus, --show."""
+        self.add_argument("--budget", type=int, default=budget, help=budget_help)
+        self.add_argument("--seed", type=int, default=seed, help="the random seed")
+        self.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
+        self.add_argument("--show", type=int, default=show, help=f"{shown} to print")
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Arguments(
-        prog="python -m tests.proxy.differential",
-        description="Mutated real streams through the gating engine, read by every reader.",
-    )
-    parser.add_argument("--budget", type=int, default=500, help="mutated streams to run")
-    parser.add_argument("--seed", type=int, default=0, help="the random seed")
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
-    parser.add_argument("--show", type=int, default=10, help="leaks to print")
-    args = parser.parse_args(argv)
-    if args.budget < 0 or args.show < 0:
-        parser.error("--budget and --show must not be negative")
-    corpus: Path = args.corpus
+
+def recordings_or_exit(
+    corpus: Path, missing: Callable[[], str | None] | None = None
+) -> list[Recording] | int:
+    """The gated recordings at `corpus`; or, when there are none to run, one line saying why
+    and the exit status: 0 (skipped: no folder, `missing()` names what is not installed, no
+    recording of a gated protocol) or 2 (a recording cannot be read)."""
     if not corpus.is_dir():
         print(f"skipped: no real recordings at {corpus}")
+        return 0
+    absent = missing() if missing is not None else None
+    if absent is not None:
+        print(f"skipped: {absent} is not installed")
         return 0
     try:
         recordings = load(corpus)
@@ -577,6 +595,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not recordings:
         print(f"skipped: no recording of {', '.join(GATED)} at {corpus}")
         return 0
+    return recordings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = Arguments(
+        prog="python -m tests.proxy.differential",
+        description="Mutated real streams through the gating engine, read by every reader.",
+    )
+    parser.common(500, 0, 10, "mutated streams to run", "leaks")
+    args = parser.parse_args(argv)
+    if args.budget < 0 or args.show < 0:
+        parser.error("--budget and --show must not be negative")
+    recordings = recordings_or_exit(args.corpus)
+    if isinstance(recordings, int):
+        return recordings
     gating = options(validate_schemas=True, keepalive_interval=3600.0, deadline=3600.0)
     totals = run(_fuzz(recordings, args.budget, args.seed, args.show, gating))
     _report(totals, recordings, args.seed, args.budget)

@@ -30,7 +30,6 @@ and exit 2.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -41,14 +40,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from lockgate.conversation import ToolCall
 from lockgate.proxy import GatingOptions
 from lockgate.proxy.server import ProxyRecord
 
 from . import real_readers
-from .differential import CORPUS, GATED, MUTATIONS, Recording, load
+from .differential import MUTATIONS, Arguments, Recording, recordings_or_exit, report_head
 from .real_mutations import KNOWN, SHAPES
 from .real_readers import READERS, Read, findings, loopback_only, released_calls
 from .support import options
@@ -332,13 +331,8 @@ def shaped(recording: Recording, shape: str, seed: int, number: int = 1) -> Case
 
 
 def report(totals: Totals, recordings: Sequence[Recording], show: int = 10) -> list[str]:
-    per_protocol = Counter(recording.protocol for recording in recordings)
     lines = [
-        f"real-reader differential: seed {totals.seed}, budget {totals.budget}",
-        "streams: "
-        + f"{len(recordings)} ("
-        + ", ".join(f"{name} {per_protocol[name]}" for name in GATED)
-        + ")",
+        *report_head("real-reader differential", totals.seed, totals.budget, recordings),
         f"cases: {totals.cases} (accepted {totals.accepted}, refused {totals.refused})",
         f"time: {totals.wall:.1f} s wall, {totals.cpu:.1f} s CPU",
         "reads per reader (raised on a stream the gate accepted; findings known, new):",
@@ -389,23 +383,13 @@ def save(totals: Totals, folder: Path) -> None:
         )
 
 
-class _Arguments(argparse.ArgumentParser):
-    """Bad arguments: one line, exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\n")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Arguments(
+    parser = Arguments(
         prog="python -m tests.proxy.real_differential",
         description="Mutated real streams through the proxy and the transport, read by the "
         "real Python libraries.",
     )
-    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="cases to run")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the random seed")
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the recordings' folder")
-    parser.add_argument("--show", type=int, default=10, help="findings to print")
+    parser.common(DEFAULT_BUDGET, DEFAULT_SEED, 10, "cases to run", "findings")
     parser.add_argument("--save", type=Path, default=None, help="write each finding here")
     parser.add_argument(
         "--whole",
@@ -415,21 +399,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.budget < 0 or args.show < 0:
         parser.error("--budget and --show must not be negative")
-    corpus: Path = args.corpus
-    if not corpus.is_dir():
-        print(f"skipped: no real recordings at {corpus}")
-        return 0
-    if not real_readers.litellm_available():
-        print("skipped: litellm is not installed")
-        return 0
-    try:
-        recordings = load(corpus)
-    except (OSError, ValueError) as exc:
-        print(f"error: a recording at {corpus} cannot be read ({exc})")
-        return 2
-    if not recordings:
-        print(f"skipped: no recording of {', '.join(GATED)} at {corpus}")
-        return 0
+    recordings = recordings_or_exit(
+        args.corpus, lambda: None if real_readers.litellm_available() else "litellm"
+    )
+    if isinstance(recordings, int):
+        return recordings
     warnings.filterwarnings("ignore", real_readers.LITELLM_WARNING, UserWarning)
     if args.whole:
         totals = run_cases(lambda _: _whole(recordings), Totals(budget=len(recordings)))

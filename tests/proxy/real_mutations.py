@@ -1,5 +1,7 @@
 """Mutations of a call's shape (not of the framing, which `differential.MUTATIONS` covers):
-what the real readers were found to read otherwise than the gate.
+what the real readers were found to read otherwise than the gate. Both real-reader
+differentials run them: the Python one (`real_differential.py`) and the JS one
+(`interop/readers/run.py`, which labels a case `name: variant` and classes its findings so).
 
 Each takes (random, protocol, body, request) and returns the mutated (body, request), or
 None where it does not apply; some add a tool to the request (a custom tool with a grammar,
@@ -34,14 +36,16 @@ lists them apart; they must disappear once the fixes are merged).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
 from .differential import _frames
 
-__all__ = ["KNOWN", "SHAPES", "Shape"]
+__all__ = ["KNOWN", "SHAPES", "Shape", "custom_grammar_violation"]
 
 Request = dict[str, Any]
 # The mutated body and request, and which variant of the mutation it was.
@@ -142,7 +146,11 @@ def _argument_text(rng: random.Random, text: str, events: _Events) -> tuple[str,
             "surrogate raw",
         ]
     )
-    changed = dict(value)
+
+    def raw_at_key(raw: str) -> str:  # `value` with `raw` (JSON text) at `key`
+        changed = {**value, key: events.token(raw)}
+        return json.dumps(changed, ensure_ascii=False).replace(json.dumps(changed[key]), raw)
+
     if how in ("nan", "infinity", "big integer", "1e400"):
         raw = {
             "nan": "NaN",
@@ -150,10 +158,7 @@ def _argument_text(rng: random.Random, text: str, events: _Events) -> tuple[str,
             "big integer": rng.choice(["9007199254740993", "-18446744073709551617"]),
             "1e400": "1e400",
         }[how]
-        changed[key] = events.token(raw) if events is not None else raw
-        sentinel = changed[key]
-        dumped = json.dumps(changed, ensure_ascii=False)
-        return dumped.replace(json.dumps(sentinel), raw), how
+        return raw_at_key(raw), how
     if how.startswith("duplicate"):
         decoy = _DECOYS.get(type(old), "/etc/passwd")
         if not keys:
@@ -165,12 +170,70 @@ def _argument_text(rng: random.Random, text: str, events: _Events) -> tuple[str,
         return rest[:-1] + ", " + pair + "}", how
     string = old if isinstance(old, str) else "x"
     if how == "surrogate escape":
-        escaped = json.dumps(string)[:-1] + rng.choice(["\\ud83d", "\\udc00", "\\ud800x"]) + '"'
-        changed[key] = events.token(escaped)
-        dumped = json.dumps(changed, ensure_ascii=False)
-        return dumped.replace(json.dumps(changed[key]), escaped), how
-    changed[key] = string + rng.choice(["\ud83d", "\udc00"])
+        escape = rng.choice(["\\ud83d", "\\udc00", "\\ud800x"])
+        return raw_at_key(json.dumps(string)[:-1] + escape + '"'), how
+    changed = {**value, key: string + rng.choice(["\ud83d", "\udc00"])}
     return json.dumps(changed, ensure_ascii=False), how
+
+
+def _spread(
+    rng: random.Random,
+    events: _Events,
+    text: str,
+    pieces: list[tuple[int, dict[str, Any]]],
+    field: str,
+) -> tuple[str, str] | None:
+    """`text`, a call's argument text in `pieces` (each an event's object holding a piece of
+    it in `field`), mutated: all of it in the first piece, the others emptied; (the new
+    text, what was done)."""
+    mutated = _argument_text(rng, text, events)
+    if mutated is not None:
+        for place, (index, piece) in enumerate(pieces):
+            piece[field] = mutated[0] if place == 0 else ""
+            events.changed.add(index)
+    return mutated
+
+
+# A shape's change: it edits the events in place and gives the request (changed or not) and
+# what was done, or None where it does not apply.
+Change = Callable[[random.Random, _Events, Request], tuple[Request, str] | None]
+
+
+def _shape(wanted: str) -> Callable[[Change], Shape]:
+    """A shape of a change to the events of a body of the protocol `wanted` (None for any
+    other): the body re-emitted."""
+
+    def wrap(change: Change) -> Shape:
+        def shape(
+            rng: random.Random, protocol: str, body: bytes, request: Request
+        ) -> Mutated | None:
+            if protocol != wanted:
+                return None
+            events = _Events(body)
+            done = change(rng, events, request)
+            return None if done is None else (events.body(), *done)
+
+        return shape
+
+    return wrap
+
+
+def _of_type(
+    events: _Events, kind: str, item: str | None = None
+) -> list[tuple[int, dict[str, Any]]]:
+    """The events of type `kind` (whose `item` is of type `item`, where given)."""
+    return [
+        (index, payload)
+        for index, payload in events.items()
+        if payload.get("type") == kind
+        and (
+            item is None
+            or (isinstance(payload.get("item"), dict) and payload["item"].get("type") == item)
+        )
+    ]
+
+
+# --- JSON in the arguments -------------------------------------------------------------------
 
 
 def _chat_calls(events: _Events) -> dict[object, list[tuple[int, dict[str, Any]]]]:
@@ -196,71 +259,63 @@ def _fragment_text(fragment: dict[str, Any], field: str = "arguments") -> str:
     return ""
 
 
-def json_in_arguments(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    events = _Events(body)
-    if protocol == "chat":
-        calls = [fragments for fragments in _chat_calls(events).values() if fragments]
-        if not calls:
-            return None
-        fragments = rng.choice(calls)
-        text = "".join(_fragment_text(fragment) for _, fragment in fragments)
-        mutated = _argument_text(rng, text, events)
-        if mutated is None:
-            return None
-        first = True
-        for index, fragment in fragments:
-            function = fragment.setdefault("function", {})
-            if isinstance(function, dict):
-                function["arguments"] = mutated[0] if first else ""
-                first = False
-            events.changed.add(index)
-        return events.body(), request, mutated[1]
-    if protocol == "anthropic":
-        return _anthropic_arguments(rng, events, request)
-    if protocol == "responses":
-        return _responses_arguments(rng, events, request)
-    return _gemini_arguments(rng, events, request)
+@_shape("chat")
+def _chat_arguments(
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
+    calls = [fragments for fragments in _chat_calls(events).values() if fragments]
+    if not calls:
+        return None
+    fragments = rng.choice(calls)
+    text = "".join(_fragment_text(fragment) for _, fragment in fragments)
+    functions = [(index, fragment.setdefault("function", {})) for index, fragment in fragments]
+    mutated = _spread(
+        rng, events, text, [(i, f) for i, f in functions if isinstance(f, dict)], "arguments"
+    )
+    if mutated is None:
+        return None
+    events.changed.update(index for index, _ in fragments)
+    return request, mutated[1]
 
 
-def _anthropic_arguments(rng: random.Random, events: _Events, request: Request) -> Mutated | None:
+def _anthropic_deltas(events: _Events) -> dict[object, list[tuple[int, dict[str, Any]]]]:
+    """The `input_json_delta`s by block index: (frame, the delta) in order."""
     blocks: dict[object, list[tuple[int, dict[str, Any]]]] = {}
-    for index, payload in events.items():
-        if payload.get("type") != "content_block_delta":
-            continue
+    for index, payload in _of_type(events, "content_block_delta"):
         delta = payload.get("delta")
         if isinstance(delta, dict) and delta.get("type") == "input_json_delta":
             blocks.setdefault(payload.get("index"), []).append((index, delta))
+    return blocks
+
+
+@_shape("anthropic")
+def _anthropic_arguments(
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
+    blocks = _anthropic_deltas(events)
     if not blocks:
         return None
     deltas = rng.choice(list(blocks.values()))
     text = "".join(str(delta.get("partial_json", "")) for _, delta in deltas)
-    mutated = _argument_text(rng, text, events)
-    if mutated is None:
-        return None
-    for place, (index, delta) in enumerate(deltas):
-        delta["partial_json"] = mutated[0] if place == 0 else ""
-        events.changed.add(index)
-    return events.body(), request, mutated[1]
+    mutated = _spread(rng, events, text, deltas, "partial_json")
+    return None if mutated is None else (request, mutated[1])
 
 
-def _responses_arguments(rng: random.Random, events: _Events, request: Request) -> Mutated | None:
+@_shape("responses")
+def _responses_arguments(
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     deltas: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    for index, payload in events.items():
-        if payload.get("type") == "response.function_call_arguments.delta":
-            deltas.setdefault(str(payload.get("item_id")), []).append((index, payload))
+    for index, payload in _of_type(events, "response.function_call_arguments.delta"):
+        deltas.setdefault(str(payload.get("item_id")), []).append((index, payload))
     if not deltas:
         return None
     item_id = rng.choice(sorted(deltas))
     text = "".join(str(payload.get("delta", "")) for _, payload in deltas[item_id])
-    mutated = _argument_text(rng, text, events)
+    mutated = _spread(rng, events, text, deltas[item_id], "delta")
     if mutated is None:
         return None
     new = mutated[0]
-    for place, (index, payload) in enumerate(deltas[item_id]):
-        payload["delta"] = new if place == 0 else ""
-        events.changed.add(index)
     for index, payload in events.items():
         kind = payload.get("type")
         if kind == "response.function_call_arguments.done" and payload.get("item_id") == item_id:
@@ -280,10 +335,13 @@ def _responses_arguments(rng: random.Random, events: _Events, request: Request) 
             if isinstance(entry, dict) and entry.get("id") == item_id and "arguments" in entry:
                 entry["arguments"] = new
                 events.changed.add(index)
-    return events.body(), request, mutated[1]
+    return request, mutated[1]
 
 
-def _gemini_arguments(rng: random.Random, events: _Events, request: Request) -> Mutated | None:
+@_shape("gemini")
+def _gemini_arguments(
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     found = []
     for index, payload in events.items():
         for part in _gemini_parts(payload):
@@ -298,7 +356,7 @@ def _gemini_arguments(rng: random.Random, events: _Events, request: Request) -> 
         return None
     call["args"] = events.token(mutated[0])
     events.changed.add(index)
-    return events.body(), request, mutated[1]
+    return request, mutated[1]
 
 
 def _gemini_parts(payload: dict[str, Any]) -> list[dict[str, Any]]:
@@ -310,13 +368,34 @@ def _gemini_parts(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return [part for part in parts if isinstance(part, dict)] if isinstance(parts, list) else []
 
 
+_ARGUMENTS: dict[str, Shape] = {
+    "chat": _chat_arguments,
+    "anthropic": _anthropic_arguments,
+    "responses": _responses_arguments,
+    "gemini": _gemini_arguments,
+}
+
+
+def json_in_arguments(
+    rng: random.Random, protocol: str, body: bytes, request: Request
+) -> Mutated | None:
+    shape = _ARGUMENTS.get(protocol)
+    return None if shape is None else shape(rng, protocol, body, request)
+
+
 # --- Chat indexes ------------------------------------------------------------------------------
 
 
-def chat_index(rng: random.Random, protocol: str, body: bytes, request: Request) -> Mutated | None:
-    if protocol != "chat":
-        return None
-    events = _Events(body)
+def _insert_fragment(events: _Events, like: int, after: int, fragment: dict[str, Any]) -> None:
+    """A chunk like the one at `like` with `fragment` its only delta, put after `after`."""
+    payload = copy.deepcopy(events.payloads[like])
+    payload["choices"][0]["delta"] = {"tool_calls": [fragment]}
+    payload["choices"][0]["finish_reason"] = None
+    events.inserted.setdefault(after, []).append(payload)
+
+
+@_shape("chat")
+def chat_index(rng: random.Random, events: _Events, request: Request) -> tuple[Request, str] | None:
     calls = _chat_calls(events)
     if not calls:
         return None
@@ -336,19 +415,13 @@ def chat_index(rng: random.Random, protocol: str, body: bytes, request: Request)
         index, fragment = fragments[-1]
         name = _fragment_text(fragments[0][1], "name") or "lockgate_tool"
         arguments = rng.choice(['{"path": "/etc/passwd"}', "{}", '"x": 1}'])
-        payload = copy.deepcopy(events.payloads[index])
-        payload["choices"][0]["delta"] = {
-            "tool_calls": [
-                {
-                    "index": key,
-                    "id": "call_lockgate_new",
-                    "type": "function",
-                    "function": {"name": name, "arguments": arguments},
-                }
-            ]
+        new = {
+            "index": key,
+            "id": "call_lockgate_new",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
         }
-        payload["choices"][0]["finish_reason"] = None
-        events.inserted.setdefault(index, []).append(payload)
+        _insert_fragment(events, index, index, new)
     else:
         if not indexed:
             return None
@@ -359,22 +432,20 @@ def chat_index(rng: random.Random, protocol: str, body: bytes, request: Request)
             "reversed": dict(zip(indexed, reversed(indexed), strict=True)),
             "negative": {old: -1 - old for old in indexed},
         }[how]
-        for old, new in mapping.items():
+        for old, new_index in mapping.items():
             for index, fragment in calls[old]:
-                fragment["index"] = new
+                fragment["index"] = new_index
                 events.changed.add(index)
-    return events.body(), request, how
+    return request, how
 
 
+@_shape("chat")
 def chat_repeated_fragment(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     """A call's first fragment (its id and name) sent again, at once or later: the gate
     reads an id or name that is set again to the same value as no change; openai-python's
     stream state concatenates them (`accumulate_delta`)."""
-    if protocol != "chat":
-        return None
-    events = _Events(body)
     calls = [fragments for fragments in _chat_calls(events).values() if fragments]
     if not calls:
         return None
@@ -389,28 +460,21 @@ def chat_repeated_fragment(
         function.pop("name", None)
     if isinstance(function, dict):
         function["arguments"] = ""
-    payload = copy.deepcopy(events.payloads[index])
-    payload["choices"][0]["delta"] = {"tool_calls": [repeated]}
-    payload["choices"][0]["finish_reason"] = None
-    after = fragments[rng.randrange(len(fragments))][0]
-    events.inserted.setdefault(after, []).append(payload)
-    return events.body(), request, how
+    _insert_fragment(events, index, fragments[rng.randrange(len(fragments))][0], repeated)
+    return request, how
 
 
 # --- Anthropic ---------------------------------------------------------------------------------
 
 
+@_shape("anthropic")
 def anthropic_start_input(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    if protocol != "anthropic":
-        return None
-    events = _Events(body)
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     starts = [
         (index, payload)
-        for index, payload in events.items()
-        if payload.get("type") == "content_block_start"
-        and isinstance(payload.get("content_block"), dict)
+        for index, payload in _of_type(events, "content_block_start")
+        if isinstance(payload.get("content_block"), dict)
         and payload["content_block"].get("type") == "tool_use"
     ]
     if not starts:
@@ -422,34 +486,23 @@ def anthropic_start_input(
     how = "deltas kept"
     if rng.random() < 0.5:  # its deltas dropped: the start's input is all there is
         how = "deltas dropped"
-        for other, event in events.items():
-            delta = event.get("delta")
-            if (
-                event.get("type") == "content_block_delta"
-                and event.get("index") == payload.get("index")
-                and isinstance(delta, dict)
-                and delta.get("type") == "input_json_delta"
-            ):
-                events.drop(other)
-    return events.body(), request, how
+        for other, _ in _anthropic_deltas(events).get(payload.get("index"), []):
+            events.drop(other)
+    return request, how
 
 
 # --- Responses ---------------------------------------------------------------------------------
 
 
+def _calls_done(events: _Events) -> list[tuple[int, dict[str, Any]]]:
+    return _of_type(events, "response.output_item.done", "function_call")
+
+
+@_shape("responses")
 def responses_no_done(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    if protocol != "responses":
-        return None
-    events = _Events(body)
-    done = [
-        (index, payload)
-        for index, payload in events.items()
-        if payload.get("type") == "response.output_item.done"
-        and isinstance(payload.get("item"), dict)
-        and payload["item"].get("type") == "function_call"
-    ]
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
+    done = _calls_done(events)
     if not done:
         return None
     index, payload = rng.choice(done)
@@ -458,36 +511,29 @@ def responses_no_done(
     if rng.random() < 0.5:
         how = "output_item.done and arguments.done dropped"
         item_id = payload["item"].get("id")
-        for other, event in events.items():
-            if (
-                event.get("type") == "response.function_call_arguments.done"
-                and event.get("item_id") == item_id
-            ):
+        for other, event in _of_type(events, "response.function_call_arguments.done"):
+            if event.get("item_id") == item_id:
                 events.drop(other)
-    return events.body(), request, how
+    return request, how
 
 
+def _completed(events: _Events) -> list[tuple[int, dict[str, Any]]]:
+    return [
+        (index, payload)
+        for index, payload in _of_type(events, "response.completed")
+        if isinstance(payload.get("response"), dict)
+    ]
+
+
+@_shape("responses")
 def responses_output_null(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     """`response.completed` without its output (null: the SDK's final response is then the
     `.done` items), and a call's `.done` item dropped, or stating other arguments, or one
     more `.done` item for a call never added."""
-    if protocol != "responses":
-        return None
-    events = _Events(body)
-    completed = [
-        (index, payload)
-        for index, payload in events.items()
-        if payload.get("type") == "response.completed" and isinstance(payload.get("response"), dict)
-    ]
-    done = [
-        (index, payload)
-        for index, payload in events.items()
-        if payload.get("type") == "response.output_item.done"
-        and isinstance(payload.get("item"), dict)
-        and payload["item"].get("type") == "function_call"
-    ]
+    completed = _completed(events)
+    done = _calls_done(events)
     if not completed or not done:
         return None
     at, terminal = completed[-1]
@@ -505,7 +551,7 @@ def responses_output_null(
         extra["output_index"] = 90
         extra["item"].update(id="fc_lockgate_extra", call_id="call_lockgate_extra")
         events.inserted.setdefault(index, []).append(extra)
-    return events.body(), request, how
+    return request, how
 
 
 _FUNCTION_SCHEMA = {
@@ -515,38 +561,33 @@ _FUNCTION_SCHEMA = {
 }
 
 
-def responses_custom(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    return _responses_item(rng.choice(["custom met", "custom unmet"]), rng, protocol, body, request)
+def _responses_added(*variants: str) -> Shape:
+    """A shape that adds a call (`_responses_item`), one of `variants` drawn (before the
+    protocol is looked at)."""
+
+    def shape(rng: random.Random, protocol: str, body: bytes, request: Request) -> Mutated | None:
+        how = rng.choice(list(variants))
+        added = _shape("responses")(functools.partial(_responses_item, how))
+        return added(rng, protocol, body, request)
+
+    return shape
 
 
-def responses_namespace(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    how = rng.choice(["namespace", "namespace other"])
-    return _responses_item(how, rng, protocol, body, request)
-
-
-def responses_builtin(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    how = rng.choice(["builtin", "builtin undeclared"])
-    return _responses_item(how, rng, protocol, body, request)
+def _streamed(kind: str, item_id: str, place: int, field: str, text: str) -> list[dict[str, Any]]:
+    """The `.delta` and `.done` events of an item's `field` (`kind`: their type's stem)."""
+    return [
+        {"type": f"{kind}.delta", "item_id": item_id, "output_index": place, "delta": text},
+        {"type": f"{kind}.done", "item_id": item_id, "output_index": place, field: text},
+    ]
 
 
 def _responses_item(
-    how: str, rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    if protocol != "responses":
-        return None
-    events = _Events(body)
+    how: str, rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     completed = [
         (index, payload)
-        for index, payload in events.items()
-        if payload.get("type") == "response.completed"
-        and isinstance(payload.get("response"), dict)
-        and isinstance(payload["response"].get("output"), list)
+        for index, payload in _completed(events)
+        if isinstance(payload["response"].get("output"), list)
     ]
     if not completed:
         return None
@@ -574,20 +615,7 @@ def _responses_item(
             "input": text,
             "status": "completed",
         }
-        deltas = [
-            {
-                "type": "response.custom_tool_call_input.delta",
-                "item_id": "ctc_lockgate",
-                "output_index": place,
-                "delta": text,
-            },
-            {
-                "type": "response.custom_tool_call_input.done",
-                "item_id": "ctc_lockgate",
-                "output_index": place,
-                "input": text,
-            },
-        ]
+        deltas = _streamed("response.custom_tool_call_input", "ctc_lockgate", place, "input", text)
     elif how.startswith("namespace"):
         function = {"type": "function", "name": "lockgate_read", "parameters": _FUNCTION_SCHEMA}
         tools.append({"type": "namespace", "name": "lockgate_ns", "tools": [function]})
@@ -601,20 +629,9 @@ def _responses_item(
             "arguments": arguments,
             "status": "completed",
         }
-        deltas = [
-            {
-                "type": "response.function_call_arguments.delta",
-                "item_id": "fc_lockgate",
-                "output_index": place,
-                "delta": arguments,
-            },
-            {
-                "type": "response.function_call_arguments.done",
-                "item_id": "fc_lockgate",
-                "output_index": place,
-                "arguments": arguments,
-            },
-        ]
+        deltas = _streamed(
+            "response.function_call_arguments", "fc_lockgate", place, "arguments", arguments
+        )
     else:
         if how == "builtin":
             tools.append({"type": "local_shell"})
@@ -626,10 +643,9 @@ def _responses_item(
             "action": {"type": "exec", "command": ["ls"], "env": {}},
         }
     added = {**copy.deepcopy(item), "status": "in_progress"}
-    if "arguments" in added:
-        added["arguments"] = ""
-    if "input" in added:
-        added["input"] = ""
+    for field in ("arguments", "input"):
+        if field in added:
+            added[field] = ""
     new = [
         {"type": "response.output_item.added", "output_index": place, "item": added},
         *deltas,
@@ -641,7 +657,28 @@ def _responses_item(
     events.inserted.setdefault(before, []).extend(new)
     output.append(copy.deepcopy(item))
     events.changed.add(at)
-    return events.body(), {**request, "tools": tools}, how
+    return {**request, "tools": tools}, how
+
+
+def custom_grammar_violation(request: Request, name: str, text: str) -> bool:
+    """Whether `text` is outside the regex grammar `request` declares for the custom tool
+    `name` (False where it declares none this checks: a lark grammar, or no format)."""
+    tools = request.get("tools")
+    for declared in tools if isinstance(tools, list) else []:
+        if not isinstance(declared, dict) or declared.get("type") != "custom":
+            continue
+        if declared.get("name") != name:
+            continue
+        form = declared.get("format")
+        if (
+            isinstance(form, dict)
+            and form.get("type") == "grammar"
+            and form.get("syntax") == "regex"
+        ):
+            definition = form.get("definition")
+            if isinstance(definition, str):
+                return re.fullmatch(definition, text) is None
+    return False
 
 
 # --- Gemini ------------------------------------------------------------------------------------
@@ -649,12 +686,10 @@ def _responses_item(
 _GEMINI_CALL: dict[str, Any] = {"name": "lockgate_read", "args": {"path": "a.txt"}}
 
 
+@_shape("gemini")
 def gemini_parts(
-    rng: random.Random, protocol: str, body: bytes, request: Request
-) -> Mutated | None:
-    if protocol != "gemini":
-        return None
-    events = _Events(body)
+    rng: random.Random, events: _Events, request: Request
+) -> tuple[Request, str] | None:
     finishing = [
         (index, payload)
         for index, payload in events.items()
@@ -709,7 +744,7 @@ def gemini_parts(
             }
         )
     events.changed.add(index)
-    return events.body(), {**request, "tools": tools}, how
+    return {**request, "tools": tools}, how
 
 
 SHAPES: dict[str, Shape] = {
@@ -719,9 +754,9 @@ SHAPES: dict[str, Shape] = {
     "anthropic start input": anthropic_start_input,
     "responses no done": responses_no_done,
     "responses output null": responses_output_null,
-    "responses custom tool": responses_custom,
-    "responses namespace": responses_namespace,
-    "responses built-in item": responses_builtin,
+    "responses custom tool": _responses_added("custom met", "custom unmet"),
+    "responses namespace": _responses_added("namespace", "namespace other"),
+    "responses built-in item": _responses_added("builtin", "builtin undeclared"),
     "gemini parts": gemini_parts,
 }
 

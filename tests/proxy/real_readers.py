@@ -61,7 +61,7 @@ from lockgate.conversation import ToolCall
 from lockgate.proxy import Accepted, GatingOptions, gated_client
 from lockgate.proxy.server import ProxyConfig, ProxyRecord, RunningProxy, serving
 
-from .support import Chunks, gate_stream
+from .support import Chunks, aiohttp_loopback, gate_stream
 
 __all__ = [
     "KEY",
@@ -165,21 +165,11 @@ async def upstream_and_proxy(
     gating: GatingOptions, log: Callable[[ProxyRecord], None]
 ) -> AsyncIterator[tuple[Upstream, RunningProxy]]:
     upstream = Upstream()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", upstream.answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        server = site._server
-        assert server is not None
-        port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
-        upstream.url = f"http://127.0.0.1:{port}"
-        async with serving(ProxyConfig(upstream.url, gating=gating), log) as proxy:
-            yield upstream, proxy
-    finally:
-        await runner.cleanup()
+    async with (
+        aiohttp_loopback(upstream.answer) as upstream.url,
+        serving(ProxyConfig(upstream.url, gating=gating), log) as proxy,
+    ):
+        yield upstream, proxy
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,15 +189,40 @@ def _rest(request: Mapping[str, Any], *drop: str) -> dict[str, Any]:
     return {key: value for key, value in request.items() if key not in {"stream", *drop}}
 
 
-async def _openai_chat(request: Mapping[str, Any], at: Endpoint) -> Read:
-    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
-    raised = None
-    client = openai.AsyncOpenAI(
+def _openai_client(at: Endpoint) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
         api_key=KEY,
         base_url=at.base + "/v1",
         max_retries=0,
         http_client=at.http() if at.http else None,
     )
+
+
+async def _to_the_end(
+    open_stream: Callable[[], Any], final: str, snapshot: str
+) -> tuple[Any, str | None]:
+    """An SDK stream helper (`open_stream()`, an async context manager) read to its end:
+    (what `final()` gives, None); or, when it raised, (its `snapshot` then, where it has one,
+    the error)."""
+    got: Any = None
+    stream: Any = None
+    try:
+        async with open_stream() as stream:
+            async for _ in stream:
+                pass
+            got = await getattr(stream, final)()
+    except Exception as exc:
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                got = getattr(stream, snapshot)
+        return got, _describe(exc)
+    return got, None
+
+
+async def _openai_chat(request: Mapping[str, Any], at: Endpoint) -> Read:
+    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
+    raised = None
+    client = _openai_client(at)
     async with client:
         try:
             stream = await client.chat.completions.create(
@@ -252,30 +267,17 @@ _CLIENT_ITEMS = frozenset(
 
 
 async def _openai_responses(request: Mapping[str, Any], at: Endpoint) -> Read:
-    raised = None
-    response: Any = None
-    client = openai.AsyncOpenAI(
-        api_key=KEY,
-        base_url=at.base + "/v1",
-        max_retries=0,
-        http_client=at.http() if at.http else None,
-    )
+    client = _openai_client(at)
     async with client:
-        stream: Any = None
-        try:
-            async with client.responses.stream(
+        response, raised = await _to_the_end(
+            lambda: client.responses.stream(
                 model=str(request.get("model") or MODEL),
                 input="x",
                 extra_body=_rest(request, "model", "input"),
-            ) as stream:
-                async for _ in stream:
-                    pass
-                response = await stream.get_final_response()
-        except Exception as exc:
-            raised = _describe(exc)
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    response = stream.current_snapshot
+            ),
+            "get_final_response",
+            "current_snapshot",
+        )
     calls: list[HeldCall] = []
     text = ""
     for item in getattr(response, "output", None) or []:
@@ -320,8 +322,6 @@ async def _openai_responses(request: Mapping[str, Any], at: Endpoint) -> Read:
 
 
 async def _anthropic(request: Mapping[str, Any], at: Endpoint) -> Read:
-    raised = None
-    message: Any = None
     client = anthropic.AsyncAnthropic(
         api_key=KEY,
         base_url=at.base,
@@ -329,22 +329,16 @@ async def _anthropic(request: Mapping[str, Any], at: Endpoint) -> Read:
         http_client=at.http() if at.http else None,
     )
     async with client:
-        stream: Any = None
-        try:
-            async with client.messages.stream(
+        message, raised = await _to_the_end(
+            lambda: client.messages.stream(
                 model=str(request.get("model") or MODEL),
                 max_tokens=int(request.get("max_tokens") or 1024),
                 messages=[{"role": "user", "content": "x"}],
                 extra_body=_rest(request, "model", "max_tokens", "messages"),
-            ) as stream:
-                async for _ in stream:
-                    pass
-                message = await stream.get_final_message()
-        except Exception as exc:
-            raised = _describe(exc)
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    message = stream.current_message_snapshot
+            ),
+            "get_final_message",
+            "current_message_snapshot",
+        )
     calls: list[HeldCall] = []
     text = ""
     for block in getattr(message, "content", None) or []:
@@ -489,9 +483,7 @@ async def _litellm_read(name: str, request: Mapping[str, Any], at: Endpoint) -> 
         arguments["model"] = "openai/" + LITELLM_MODEL
         arguments["api_base"] = at.base + "/v1"
         if at.http is not None:
-            client = openai.AsyncOpenAI(
-                api_key=KEY, base_url=at.base + "/v1", max_retries=0, http_client=at.http()
-            )
+            client = _openai_client(at)
             arguments["client"] = client
     else:
         arguments["model"] = "anthropic/" + LITELLM_MODEL

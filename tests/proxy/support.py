@@ -6,6 +6,7 @@ httpx2, served in process, and over aiohttp, its default, from a loopback server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import (
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 import anthropic
 import httpx2
 import openai
+from aiohttp import web
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
@@ -581,6 +583,23 @@ async def _serve_once(body: bytes, status: int, content_type: str) -> tuple[asyn
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     return server, f"http://127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def aiohttp_loopback(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """An aiohttp server on a free loopback port answering every method and path with
+    `handler`, for the time of the block; its root URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 
 async def _genai_aiohttp_session(body: bytes, status: int, content_type: str) -> GenaiRead:
