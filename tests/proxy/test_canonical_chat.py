@@ -10,9 +10,10 @@ call the gate released; every other event goes out byte for byte (docs/wire/chat
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from openai._models import construct_type
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
@@ -81,7 +82,9 @@ def _openai_python(data: bytes) -> list[tuple[str, str, str]]:
         event = frame.event
         if event is None or event.data == b"[DONE]":
             continue
-        state.handle_chunk(ChatCompletionChunk.model_validate_json(event.data))
+        # As the client builds each chunk: constructed, not validated.
+        chunk = construct_type(type_=ChatCompletionChunk, value=json.loads(event.data))
+        state.handle_chunk(cast(ChatCompletionChunk, chunk))
     message = state.get_final_completion().choices[0].message
     return [
         (call.function.name, call.id, call.function.arguments) for call in message.tool_calls or []
@@ -186,3 +189,36 @@ def test_a_different_id_or_name_is_still_refused(different: dict[str, str]) -> N
     gated = run(gate_stream("chat", REQUEST, Chunks(body)))
     assert isinstance(gated.outcome, Refused), gated.outcome
     assert tool_events(gated.output) == []  # no call reached the client
+
+
+@pytest.mark.parametrize("absent", ["missing", "null"])
+def test_index_less_whole_calls_go_out_with_their_position(absent: str) -> None:
+    # Mistral, Gemini's compatible endpoint and Ollama send whole calls without an index,
+    # all in one array; openai-python raises on them and openai-node reads none, unless
+    # each has its position as its index.
+    fragments: list[dict[str, Any]] = [
+        {"id": call_id, "function": {"name": name, "arguments": arguments}}
+        for call_id, name, arguments in (("call_1", "go", '{"x":1}'), ("call_2", "gogo", "{}"))
+    ]
+    if absent == "null":
+        for fragment in fragments:
+            fragment["index"] = None
+    body = _body(fragments)
+    with pytest.raises(TypeError):
+        _openai_python(b"".join(body))
+    gated = run(gate_stream("chat", REQUEST, Chunks(body)))
+    assert isinstance(gated.outcome, Accepted), gated.outcome
+    [sent] = [
+        delta["tool_calls"]
+        for released in tool_events(gated.output)
+        if "tool_calls" in (delta := json.loads(released)["choices"][0]["delta"])
+    ]
+    assert [fragment["index"] for fragment in sent] == [0, 1]
+    assert [(call.name, call.id) for call in gated.outcome.decision.message.tool_calls] == [
+        ("go", "call_1"),
+        ("gogo", "call_2"),
+    ]
+    assert _openai_python(gated.output) == [
+        ("go", "call_1", '{"x":1}'),
+        ("gogo", "call_2", "{}"),
+    ]

@@ -13,7 +13,8 @@ bytes for the client:
   A frame that is already canonical (nearly every real one) goes out byte for byte. An
   event that states what the common readers read differently, and the decoder reads one
   way, goes out as the decoder read it (`StreamDecoder.canonical_data`: Chat's call id or
-  name sent again on a later fragment, which openai-python concatenates).
+  name sent again on a later fragment, which openai-python concatenates; an index-less
+  whole call, given its position as its `index`).
   Nothing else goes out: `id:` and `retry:` lines, fields no reader agrees on, frames
   without data, the events the decoder skips unread (`Gateway.skipped`: Anthropic frames
   without `event:`, a Responses `[DONE]`) and a tail no blank line ended are dropped; an

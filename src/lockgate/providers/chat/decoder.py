@@ -321,6 +321,13 @@ class ChatDecoder:
         else:
             call = self._indexed(index, call_id, name)
         if call is None:
+            if index is None:
+                # A whole call without an index: every reader that reads one reads it as the
+                # next call; clients read it with its position as its index, which every
+                # reader reads so (openai-python raises without one, openai-node and the AI
+                # SDK read no call).
+                fragment["index"] = len(self._calls)
+                self._rewrite = True
             call = _Call(str(len(self._calls)), call_id, name)
             self._calls.append(call)
             produced.append(ToolCallStarted(call.key, call_id, name, text))
