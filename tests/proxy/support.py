@@ -256,7 +256,8 @@ def as_released(
     """The events (`without_keepalives`) a client reads of an accepted upstream stream: the
     upstream's, with the calls in Chat's canonical form (docs/wire/chat.md §5), written here
     apart from the decoder: a call's id or name stated again, identical, on a later fragment
-    is left out, and a whole call without an index is given its position as its index."""
+    is left out, and a whole call without an index is given its position as its index (and
+    the type `function` where it states none)."""
     if provider != "chat":
         return events
     calls: list[dict[str, object]] = []  # the id and name each call stated, by position
@@ -271,6 +272,8 @@ def as_released(
                 index = fragment.get("index")
                 if index is None:
                     index = fragment["index"] = len(calls)
+                    if fragment.get("type") is None:
+                        fragment["type"] = "function"
                 if index == len(calls):
                     calls.append({})
                 stated = calls[index]

@@ -194,8 +194,8 @@ def test_a_different_id_or_name_is_still_refused(different: dict[str, str]) -> N
 @pytest.mark.parametrize("absent", ["missing", "null"])
 def test_index_less_whole_calls_go_out_with_their_position(absent: str) -> None:
     # Mistral, Gemini's compatible endpoint and Ollama send whole calls without an index,
-    # all in one array; openai-python raises on them and openai-node reads none, unless
-    # each has its position as its index.
+    # all in one array (Mistral without a type); openai-python raises on them and
+    # openai-node reads none, unless each has its position as its index, and a type.
     fragments: list[dict[str, Any]] = [
         {"id": call_id, "function": {"name": name, "arguments": arguments}}
         for call_id, name, arguments in (("call_1", "go", '{"x":1}'), ("call_2", "gogo", "{}"))
@@ -214,6 +214,7 @@ def test_index_less_whole_calls_go_out_with_their_position(absent: str) -> None:
         if "tool_calls" in (delta := json.loads(released)["choices"][0]["delta"])
     ]
     assert [fragment["index"] for fragment in sent] == [0, 1]
+    assert [fragment["type"] for fragment in sent] == ["function", "function"]  # none came
     assert [(call.name, call.id) for call in gated.outcome.decision.message.tool_calls] == [
         ("go", "call_1"),
         ("gogo", "call_2"),

@@ -323,10 +323,13 @@ class ChatDecoder:
         if call is None:
             if index is None:
                 # A whole call without an index: every reader that reads one reads it as the
-                # next call; clients read it with its position as its index, which every
-                # reader reads so (openai-python raises without one, openai-node and the AI
-                # SDK read no call).
+                # next call; clients read it with its position as its index, and its type
+                # (Mistral sends none), which every reader reads so (openai-python raises
+                # without an index, openai-node reads no call without either, the AI SDK
+                # none without an index).
                 fragment["index"] = len(self._calls)
+                if fragment.get("type") is None:
+                    fragment["type"] = "function"
                 self._rewrite = True
             call = _Call(str(len(self._calls)), call_id, name)
             self._calls.append(call)
