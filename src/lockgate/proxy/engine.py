@@ -43,7 +43,8 @@ bytes for the client:
   `lockgate run`. A decision releases only when it releases every call that streamed (a
   refusal releases none: its calls are withheld).
 - **Accepted**: the held events are released in order. Apart from keep-alives, the client
-  receives exactly the upstream's events (and, for canonical frames, its bytes).
+  receives exactly the upstream's events (and, for canonical frames, its bytes), those
+  the decoder rewrote (`canonical_data`) as it read them.
 - **Refused** (a reset, a clean end too early, silence, the deadline, a broken lifecycle,
   an invalid batch, a bound): the held frames are dropped and the stream ends with ONE
   frame, the protocol's stream error (`Gateway.refusal_frame`), which says how many tool
