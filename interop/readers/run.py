@@ -596,6 +596,11 @@ def _compare_direct(
 ) -> None:
     if _reading(proxied) == _reading(direct):
         return
+    if direct is not None and not (direct.get("calls") or direct.get("executed")):
+        # Directly the reader ended with no call (Chat's index-less calls, which openai-node
+        # and the AI SDK cannot read); through the proxy it reads the canonical form
+        # (docs/wire/chat.md §5), and what it read is checked against the released calls.
+        return
 
     def show(result: dict[str, Any] | None) -> str:
         if result is None:

@@ -32,6 +32,16 @@ class StreamDecoder(Protocol):
         may complete here; others return nothing (the client then reports the end)."""
         ...
 
+    def canonical_data(self) -> bytes | None:
+        """Called right after `decode` (by the gating engine): the data clients should read
+        in place of that event's data, when it states something the common readers read
+        differently and the decoder read in one way (Chat's id or name sent again, identical,
+        on a later fragment of the same call: openai-python concatenates it; a call without
+        an index, which some readers cannot read); None (nearly always) keeps the event as
+        it came. Only the event just decoded is rewritten, and
+        only so that every reader reads what the decoder read."""
+        ...
+
 
 class ProviderCodec(Protocol):
     """Encodes portable history for one provider and makes decoders for its streams.

@@ -8,7 +8,8 @@ openai, anthropic, google-genai and litellm libraries (`real_readers.py`).
 Each of the N cases takes a recording of a gated protocol (a 2xx answer, from
 `../shared/real-streams`, never copied here) and, at random: leaves it whole (15%: it is
 then also read directly, from the upstream, and every reading through the gate of a stream
-the gate accepts must be the direct one: text, call ids, argument bytes), applies one
+the gate accepts must be the direct one: text, call ids, argument bytes, unless the direct
+one raised and the gate's did not), applies one
 shape mutation (`real_mutations.SHAPES`, 45%), or one to three framing mutations
 (`differential.MUTATIONS`). The loopback upstream serves the bytes to every request; each
 reader of the protocol reads them through the proxy and through the transport; the gate's
@@ -193,7 +194,13 @@ def _known(case: Case) -> str | None:
 
 
 def _same_read(direct: Read, gated: Read) -> str | None:
-    """How a reading through the gate differs from the direct one (None: it does not)."""
+    """How a reading through the gate differs from the direct one (None: it does not). A
+    reader that raised on the upstream's bytes and reads the gate's without raising reads
+    the canonical form the gate releases (Chat's index-less calls given their index:
+    docs/wire/chat.md §5); what it read is checked against the released calls apart
+    (`findings`)."""
+    if direct.raised is not None and gated.raised is None:
+        return None
     if gated.text != direct.text:
         return f"text {gated.text[:60]!r}, directly {direct.text[:60]!r}"
 

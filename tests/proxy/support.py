@@ -252,6 +252,44 @@ def without_keepalives(data: bytes, gateway: Gateway) -> list[tuple[str | None, 
     return events
 
 
+def as_released(
+    events: list[tuple[str | None, object]], provider: str
+) -> list[tuple[str | None, object]]:
+    """The events (`without_keepalives`) a client reads of an accepted upstream stream: the
+    upstream's, with the calls in Chat's canonical form (docs/wire/chat.md §5), written here
+    apart from the decoder: a call's id or name stated again, identical, on a later fragment
+    is left out, and a whole call without an index is given its position as its index (and
+    the type `function` where it states none)."""
+    if provider != "chat":
+        return events
+    calls: list[dict[str, object]] = []  # the id and name each call stated, by position
+    released: list[tuple[str | None, object]] = []
+    for name, value in events:
+        value = json.loads(json.dumps(value)) if isinstance(value, dict) else value
+        choices = value.get("choices") if isinstance(value, dict) else None
+        for choice in choices if isinstance(choices, list) else ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            fragments = delta.get("tool_calls") if isinstance(delta, dict) else None
+            for fragment in fragments if isinstance(fragments, list) else ():
+                index = fragment.get("index")
+                if index is None:
+                    index = fragment["index"] = len(calls)
+                    if fragment.get("type") is None:
+                        fragment["type"] = "function"
+                if index == len(calls):
+                    calls.append({})
+                stated = calls[index]
+                function = fragment.get("function") or {}
+                for holder, key in ((fragment, "id"), (function, "name")):
+                    given = holder.get(key)
+                    if given and stated.get(key) == given:
+                        del holder[key]
+                    elif given:
+                        stated[key] = given
+        released.append((name, value))
+    return released
+
+
 def canonical(raw: bytes | Iterable[bytes]) -> bytes:
     """What a client receives of an accepted upstream body that holds no keep-alive: each of
     its events in the canonical form (`sse.canonical_frame`), nothing else. The same bytes as

@@ -68,6 +68,9 @@ class NeutralDecoder:
     def end_of_stream(self) -> Sequence[StreamEvent]:
         return ()
 
+    def canonical_data(self) -> bytes | None:
+        return None  # every event is read alike as it came
+
     def decode(self, event: ServerSentEvent) -> Sequence[StreamEvent]:
         decoded = self._decode(event)
         return () if decoded is None else (decoded,)

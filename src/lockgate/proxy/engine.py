@@ -10,7 +10,11 @@ bytes for the client:
   LF line ends), which every SSE reader reads alike — the specification's, the official
   Python and TypeScript SDKs' (which strip U+FEFF from every line), clients that split lines
   with `str.splitlines` (U+2028, U+0085, `\x0b` …) or parse each `data:` line on its own.
-  A frame that is already canonical (nearly every real one) goes out byte for byte.
+  A frame that is already canonical (nearly every real one) goes out byte for byte. An
+  event that states what the common readers read differently, and the decoder reads one
+  way, goes out as the decoder read it (`StreamDecoder.canonical_data`: Chat's call id or
+  name sent again on a later fragment, which openai-python concatenates; an index-less
+  whole call, given its position as its `index`).
   Nothing else goes out: `id:` and `retry:` lines, fields no reader agrees on, frames
   without data, the events the decoder skips unread (`Gateway.skipped`: Anthropic frames
   without `event:`, a Responses `[DONE]`) and a tail no blank line ended are dropped; an
@@ -39,7 +43,8 @@ bytes for the client:
   `lockgate run`. A decision releases only when it releases every call that streamed (a
   refusal releases none: its calls are withheld).
 - **Accepted**: the held events are released in order. Apart from keep-alives, the client
-  receives exactly the upstream's events (and, for canonical frames, its bytes).
+  receives exactly the upstream's events (and, for canonical frames, its bytes), those
+  the decoder rewrote (`canonical_data`) as it read them.
 - **Refused** (a reset, a clean end too early, silence, the deadline, a broken lifecycle,
   an invalid batch, a bound): the held frames are dropped and the stream ends with ONE
   frame, the protocol's stream error (`Gateway.refusal_frame`), which says how many tool
@@ -446,7 +451,12 @@ class _Judge:
             # What the client will read of this event (None: nothing, as the decoder reads
             # nothing of it); an event no form can carry unambiguously refuses the stream.
             sent = None if gateway.skipped(event) else canonical_frame(event)
-            for decoded in decoder.decode(event):
+            decoded_events = decoder.decode(event)
+            rewritten = decoder.canonical_data()
+            if rewritten is not None and sent is not None:
+                # What the readers read differently, removed: what the decoder read.
+                sent = canonical_frame(ServerSentEvent(event.event, rewritten))
+            for decoded in decoded_events:
                 kind = type(decoded)
                 if kind is ToolCallStarted:
                     self.calls += 1  # before the gate: a call beyond a bound is withheld too

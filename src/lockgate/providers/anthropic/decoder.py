@@ -201,6 +201,9 @@ class AnthropicDecoder:
             return NOTHING  # ping and unknown event types are progress
         return handler(payload, len(event.data))
 
+    def canonical_data(self) -> bytes | None:
+        return None  # every event is read alike as it came
+
     def end_of_stream(self) -> Sequence[StreamEvent]:
         if self._started and not self._finished:
             self._finished = True

@@ -101,8 +101,10 @@ class ChatDecoder:
         "_finish",
         "_indexless",
         "_indexless_closed",
+        "_payload",
         "_reasoning_content",
         "_response_id",
+        "_rewrite",
         "_started",
         "_terminated",
         "_usage",
@@ -123,6 +125,10 @@ class ChatDecoder:
         self._reasoning_content = TextBuffer()  # for replay, retained compactly
         self._details: dict[tuple[object, object], dict[str, Any]] = {}
         self._details_chars = 0
+        # The event just decoded, and whether a fragment of it stated again what readers
+        # read differently (`canonical_data` then writes it without that).
+        self._payload: dict[str, Any] | None = None
+        self._rewrite = False
 
     # --- the StreamDecoder protocol -------------------------------------------------------
 
@@ -140,6 +146,7 @@ class ChatDecoder:
             raise malformed(f"event data is not valid JSON ({exc})") from None
         if type(payload) is not dict:
             raise malformed("event data is not a JSON object")
+        self._payload = payload
         usage = payload.get("usage")
         if usage is not None and type(usage) is dict:
             self._usage = usage
@@ -211,6 +218,14 @@ class ChatDecoder:
         if self._terminated:
             return NOTHING
         return self._end(done=False)
+
+    def canonical_data(self) -> bytes | None:
+        """The event just decoded without what the common readers read differently (see
+        `_fragment`), as compact JSON; None when it held nothing such (nearly always)."""
+        if not self._rewrite:
+            return None
+        self._rewrite = False
+        return compact_json(self._payload).encode()
 
     # --- chunks ---------------------------------------------------------------------------
 
@@ -306,12 +321,32 @@ class ChatDecoder:
         else:
             call = self._indexed(index, call_id, name)
         if call is None:
+            if index is None:
+                # A whole call without an index: every reader that reads one reads it as the
+                # next call; clients read it with its position as its index, and its type
+                # (Mistral sends none), which every reader reads so (openai-python raises
+                # without an index, openai-node reads no call without either, the AI SDK
+                # none without an index).
+                fragment["index"] = len(self._calls)
+                if fragment.get("type") is None:
+                    fragment["type"] = "function"
+                self._rewrite = True
             call = _Call(str(len(self._calls)), call_id, name)
             self._calls.append(call)
             produced.append(ToolCallStarted(call.key, call_id, name, text))
             return
         new_id = call_id if call_id and not call.call_id else ""
         new_name = name if name and not call.name else ""
+        if (call_id and not new_id) or (name and not new_name):
+            # The call's id or name stated again, identical (another one was refused): the
+            # decoder reads it once; openai-python's stream state concatenates every string
+            # (`gogo`, a call to another tool), the other readers set it. Clients read the
+            # fragment without it (docs/wire/chat.md §5).
+            if call_id and not new_id:
+                del fragment["id"]
+            if name and not new_name and function is not None:  # a name is in a function
+                del function["name"]
+            self._rewrite = True
         if new_id or new_name:
             if new_id:
                 call.call_id = new_id

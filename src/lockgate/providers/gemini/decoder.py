@@ -295,6 +295,9 @@ class GeminiDecoder:
                 self._feedback(feedback, events)
         return events or NOTHING
 
+    def canonical_data(self) -> bytes | None:
+        return None  # every event is read alike as it came
+
     def end_of_stream(self) -> Sequence[StreamEvent]:
         if self._terminated or not self._started:
             return NOTHING  # nothing started: the client reports the end itself

@@ -409,6 +409,9 @@ class ResponsesDecoder:
     def end_of_stream(self) -> Sequence[StreamEvent]:
         return NOTHING  # only `response.completed` completes a Responses stream
 
+    def canonical_data(self) -> bytes | None:
+        return None  # every event is read alike as it came
+
     # Identity: only a few native events name their response; pass it on when they do.
     @staticmethod
     def _identity(payload: dict[str, Any]) -> str | None:
