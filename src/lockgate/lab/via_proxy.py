@@ -51,7 +51,7 @@ from ..errors import ResponseFailure
 from ..events import ToolCallStarted
 from ..providers import provider as registry_entry
 from ..scripted.scenario import OtherClient, Scenario
-from ..sse import SSEDecoder, SSEFramer, canonical_frame
+from ..sse import ServerSentEvent, SSEDecoder, SSEFramer, canonical_frame
 from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS
 from .server import serve_script
@@ -198,12 +198,15 @@ def calls_seen(provider: str, body: bytes) -> int:
 
 def _content(provider: str, body: bytes) -> list[bytes]:
     """What a client reads of a body: its events in the canonical form the proxy sends
-    (`sse.canonical_frame`), keep-alives and the events the protocol's decoder skips left
-    out (the proxy sends a held stream's keep-alives at once, ahead of the frames it
-    holds, and never forwards what it does not judge)."""
+    (`sse.canonical_frame`, with the data the protocol's decoder states in one way where
+    readers would read it differently: `StreamDecoder.canonical_data`), keep-alives and the
+    events the protocol's decoder skips left out (the proxy sends a held stream's
+    keep-alives at once, ahead of the frames it holds, and never forwards what it does not
+    judge)."""
     entry = registry_entry(provider)
     assert entry.gateway is not None
     gateway = entry.gateway()
+    decoder = gateway.new_decoder()
     framer = SSEFramer(len(body) + 1)
     frames = framer.feed(body)
     frames.extend(framer.finish())
@@ -212,6 +215,14 @@ def _content(provider: str, body: bytes) -> list[bytes]:
         event = frame.event
         if event is None or gateway.is_keepalive(event) or gateway.skipped(event):
             continue
+        try:
+            list(decoder.decode(event))
+        except ResponseFailure:
+            pass  # the proxy refuses it; its bytes are compared as they came
+        else:
+            data = decoder.canonical_data()
+            if data is not None:
+                event = ServerSentEvent(event.event, data)
         try:
             kept.append(canonical_frame(event))
         except ResponseFailure:
