@@ -432,6 +432,9 @@ def test_an_unexpected_error_while_judging_is_a_refusal_too() -> None:
         def end_of_stream(self) -> Any:
             return ()
 
+        def canonical_data(self) -> bytes | None:
+            return None
+
     class BrokenGateway:
         def __getattr__(self, name: str) -> Any:
             return getattr(gateway, name)
