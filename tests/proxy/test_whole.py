@@ -103,9 +103,9 @@ def test_what_is_no_response_is_refused(provider: str, body: bytes, kind: str | 
 
 
 def test_a_body_past_the_cap_is_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lockgate.proxy import engine
+    from lockgate.proxy import whole
 
-    monkeypatch.setattr(engine, "MAX_WHOLE_BYTES", 64)
+    monkeypatch.setattr(whole, "MAX_WHOLE_BYTES", 64)
     body = completion("chat", Reply("resp_big", (Say("x" * 100),)))
     verdict = judged("chat", body)
     assert isinstance(verdict.outcome, Refused)

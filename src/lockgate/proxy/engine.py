@@ -30,9 +30,9 @@ bytes for the client:
   no index or sequence number has to be rewritten; keep-alives (comments, the protocol's
   keep-alive events: `ping`) still pass at once. The bytes held are bounded per stream
   (`GatingOptions.max_held_bytes`) and, with a `HeldBudget`, across every stream of the
-  process; they are kept in anonymous memory maps (`_HeldBytes`: what the budget counts is
-  what they cost) and released in pieces, each map given back to the system as the release
-  passes it.
+  process; they are kept in anonymous memory maps (`judge._HeldBytes`: what the budget
+  counts is what they cost) and released in pieces, each map given back to the system as
+  the release passes it.
 - **The judgement** is the client's (`client.StreamingModelClient._read`): the provider's
   decoder and `gate.ResponseGate` on every event, the body read to its end, a body ending
   inside an event refused as cut, the decoder's `end_of_stream`, then the upstream closed
@@ -62,7 +62,7 @@ engine awaits the upstream, never while the consumer handles a yielded piece: th
 limit counts from the start of each read; the deadline from `started_at` (a loop time, by
 default when iteration starts).
 
-**One timer per stream** (`_ReadTimer`, as `lockgate run` keeps one silence watchdog per
+**One timer per stream** (`timers._ReadTimer`, as `lockgate run` keeps one silence watchdog per
 response): the silence limit, the deadline and, while frames are held, the next keep-alive
 share one loop timer, armed once and re-armed only when it fires before what is due (a read
 began since, a piece went out since); a read costs a clock read, not a timer of its own.
@@ -77,52 +77,54 @@ of its own, so that keep-alives can go out while it waits (cancelling it would e
 `gates`, `capped_body` and `forwarded_headers` are what a server or transport needs for the
 rest: which responses are gated (a 2xx answer to a request that asks for a stream), error
 bodies passed under the existing cap, and the headers to pass on.
+
+This module is the facade: the judge (`judge.py`: `_Judge`, `HeldBudget`, the options and
+outcomes), the clocks (`timers.py`) and the whole answer (`whole.py`: `judge_whole`) live
+beside it, and their public names are importable from here as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import mmap
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
-    Iterator,
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from multidict import CIMultiDict
 
-from ..client import (
-    DEADLINE_CHECK_EVERY,
-    DEFAULT_DEADLINE_SECONDS,
-    DEFAULT_IDLE_TIMEOUT_SECONDS,
-    READ_SLICE_BYTES,
-)
 from ..conversation import ToolSpec
 from ..errors import FailureKind, ResponseFailure
-from ..events import (
-    NativeOutput,
-    Observer,
-    ResponseCompleted,
-    ToolArgumentsDelta,
-    ToolCallIdentified,
-    ToolCallStarted,
-    ignore_event,
-)
-from ..gate import Decision, GateLimits, ResponseGate
-from ..gateway import HOP_BY_HOP, Gateway, ProtocolTarget, Refusal
+from ..events import Observer, ignore_event
+from ..gate import ResponseGate
+from ..gateway import HOP_BY_HOP, Gateway, ProtocolTarget
 from ..http import ERROR_BODY_CAP_BYTES, describe
-from ..jsonlimits import parse_event
 from ..providers.base import Provider
-from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent, SSEFramer, canonical_frame
-from ..transport import check_timeout
+from .judge import (
+    DEFAULT_KEEPALIVE_SECONDS,
+    DEFAULT_MAX_HELD_BYTES,
+    HOLDS,
+    Accepted,
+    GatingOptions,
+    HeldBudget,
+    Hold,
+    Outcome,
+    Refused,
+    _gateway,
+    _Judge,
+    _refused,
+    _unchanged,
+)
+from .judge import RELEASE_SLICE_BYTES as RELEASE_SLICE_BYTES  # re-exported
+from .judge import _HeldBytes as _HeldBytes  # re-exported
+from .timers import _EXPIRED, _next, _ReadTimer, _settle
+from .whole import MAX_WHOLE_BYTES, WholeVerdict, judge_whole
 
 __all__ = [
     "DEFAULT_KEEPALIVE_SECONDS",
@@ -143,82 +145,6 @@ __all__ = [
     "judge_whole",
 ]
 
-DEFAULT_KEEPALIVE_SECONDS = 15.0
-# The raw bytes one stream may hold before its end: the gate bounds what a decision keeps
-# (text, reasoning, arguments, native output); this bounds the frames around them too
-# (unknown events, comments, data-less frames), which the gate never sees.
-DEFAULT_MAX_HELD_BYTES = 64 * 1024 * 1024
-# What the engine holds: from the first call, action or finish on (`tools`, the default), or
-# only the finish and the terminal (`terminal`: calls stream live, for clients that act only
-# on the terminal and want argument progress; a client that acts on arguments before the
-# stream ends is then unprotected).
-Hold = Literal["tools", "terminal"]
-HOLDS: tuple[Hold, ...] = ("tools", "terminal")
-MAX_MESSAGE_CHARS = 2000  # of the reason a refusal states
-# The held bytes of an accepted stream go out in pieces this large (one write each).
-RELEASE_SLICE_BYTES = 256 * 1024
-
-# The normalized events from which a stream is held: a call, and the terminal.
-_HOLDS = frozenset({ToolCallStarted, ToolCallIdentified, ToolArgumentsDelta, ResponseCompleted})
-# Refusals after which a new request may succeed, whatever the provider said.
-_TRANSIENT_KINDS = frozenset(
-    {
-        FailureKind.TRANSPORT,
-        FailureKind.STREAM_ENDED,
-        FailureKind.IDLE_TIMEOUT,
-        FailureKind.DEADLINE,
-        FailureKind.CLEANUP,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class GatingOptions:
-    """How a stream is judged: the gate's bounds, the per-event byte bound, the silence
-    limit and the deadline (the client's defaults), the keep-alive interval while frames
-    are held, and whether calls are checked against the request's own schemas (by
-    default: a schema sent upstream does not replace the host's own validation; a schema
-    the gate cannot use leaves that tool's calls checked as a JSON object only)."""
-
-    limits: GateLimits = field(default_factory=GateLimits)
-    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT_SECONDS
-    deadline: float = DEFAULT_DEADLINE_SECONDS
-    keepalive_interval: float = DEFAULT_KEEPALIVE_SECONDS
-    validate_schemas: bool = True
-    hold: Hold = "tools"
-    max_held_bytes: int = 0  # 0: DEFAULT_MAX_HELD_BYTES
-
-    def __post_init__(self) -> None:
-        if self.hold not in HOLDS:
-            raise ValueError(f"hold must be one of {', '.join(HOLDS)}")
-        check_timeout(self.idle_timeout, "idle_timeout")
-        check_timeout(self.deadline, "deadline")
-        check_timeout(self.keepalive_interval, "keepalive_interval")
-        if self.max_event_bytes <= 0:
-            raise ValueError("max_event_bytes must be positive")
-        if self.max_held_bytes < 0:
-            raise ValueError("max_held_bytes must be 0 (the default) or positive")
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    """The stream was released: its decision (what `lockgate run` would act on)."""
-
-    decision: Decision
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """The stream ended with the protocol's error: why (`failure`: the failure that
-    refused it, when it was one)."""
-
-    refusal: Refusal
-    failure: ResponseFailure | None = None
-
-
-Outcome = Accepted | Refused
-
 
 @runtime_checkable
 class ResumableBody(Protocol):
@@ -230,438 +156,6 @@ class ResumableBody(Protocol):
     read_chunk: Callable[[], Awaitable[bytes]]
 
     async def aclose(self) -> None: ...
-
-
-class HeldBudget:
-    """The bytes that every gated stream of one process may hold at once (the frames held
-    until a response ends). A stream whose next frame does not fit is refused
-    (`bound_exceeded`, transient: a new request may find room); the others go on. Each
-    stream gives back what it took when it ends, however it ends. `on_change` hears every
-    new total (the proxy's metrics). One event loop: not thread-safe."""
-
-    __slots__ = ("held", "limit", "on_change")
-
-    def __init__(self, limit: int, on_change: Callable[[int], None] | None = None) -> None:
-        if limit < 1:
-            raise ValueError("a held-bytes budget must be at least 1 byte")
-        self.limit = limit
-        self.held = 0  # held now, by every stream
-        self.on_change = on_change
-
-    def take(self, size: int) -> bool:
-        if self.held + size > self.limit:
-            return False
-        self.held += size
-        if self.on_change is not None:
-            self.on_change(self.held)
-        return True
-
-    def give(self, size: int) -> None:
-        self.held = max(0, self.held - size)
-        if self.on_change is not None:
-            self.on_change(self.held)
-
-
-class _HeldBytes:
-    """The frames one stream holds, in order, in anonymous memory maps of `SEGMENT` bytes
-    each (made as needed; a page is resident once written). A frame is a few hundred bytes:
-    as objects of their own they cost a third more than their bytes, fragment the heap, and
-    joining them for the release made a second copy of everything held; and a buffer from
-    the C heap may stay resident after it is freed. Mapped segments are given back to the
-    system as the release passes them (`pieces`) or when the stream ends (`close`)."""
-
-    __slots__ = ("_segments", "_used", "size")
-
-    SEGMENT = 1024 * 1024
-
-    def __init__(self) -> None:
-        self._segments: list[mmap.mmap] = []
-        self._used = self.SEGMENT  # of the last segment
-        self.size = 0
-
-    def append(self, data: bytes) -> None:
-        used = self._used
-        end = used + len(data)
-        if end <= self.SEGMENT:  # the common case: it fits in the last segment
-            self._segments[-1][used:end] = data
-            self._used = end
-            self.size += len(data)
-            return
-        view = memoryview(data)
-        try:
-            while view:
-                if self._used == self.SEGMENT:
-                    self._segments.append(mmap.mmap(-1, self.SEGMENT))
-                    self._used = 0
-                count = min(len(view), self.SEGMENT - self._used)
-                self._segments[-1][self._used : self._used + count] = view[:count]
-                self._used += count
-                view = view[count:]
-        finally:
-            view.release()
-        self.size += len(data)
-
-    def pieces(self, size: int) -> Iterator[bytes]:
-        """What is held, in order, in pieces of at most `size` bytes; each segment is given
-        back once its last piece was taken."""
-        while self._segments:
-            segment = self._segments[0]
-            end = self._used if len(self._segments) == 1 else self.SEGMENT
-            for start in range(0, end, size):
-                yield segment[start : min(end, start + size)]
-            self._segments.pop(0).close()
-        self.size = 0
-
-    def close(self) -> None:
-        for segment in self._segments:
-            segment.close()
-        self._segments.clear()
-        self.size = 0
-
-
-class _Judge:
-    """Frames, decodes and gates one stream; decides per frame whether it is forwarded now
-    or held. Synchronous: the engine feeds it and sends what it says."""
-
-    __slots__ = (
-        "budget",
-        "budgeted",
-        "calls",
-        "clock",
-        "deadline_at",
-        "decision",
-        "decoder",
-        "framer",
-        "gate",
-        "gateway",
-        "held",
-        "held_bytes",
-        "held_from",
-        "holding",
-        "last",
-        "max_held",
-        "out",
-        "preamble",
-        "sent_content",
-        "terminal_only",
-    )
-
-    def __init__(
-        self,
-        gateway: Gateway,
-        gate: ResponseGate,
-        max_event_bytes: int,
-        clock: Callable[[], float],
-        deadline_at: float,
-        hold: Hold = "tools",
-        max_held: int = 0,
-        budget: HeldBudget | None = None,
-        hold_preamble: bool = False,
-    ) -> None:
-        self.gateway = gateway
-        self.terminal_only = hold == "terminal"
-        self.max_held = max_held or DEFAULT_MAX_HELD_BYTES
-        self.held_bytes = 0
-        self.budget = budget  # shared by every stream of the process, if any
-        self.budgeted = 0  # what this stream took of it
-        self.framer = SSEFramer(max_event_bytes)
-        self.decoder = gateway.new_decoder()
-        self.gate = gate
-        self.clock = clock
-        self.deadline_at = deadline_at
-        self.decision: Decision | None = None
-        self.holding = False
-        self.held = _HeldBytes()
-        self.out: list[bytes] = []  # to send now
-        self.calls = 0  # tool calls that began
-        self.last: ServerSentEvent | None = None  # the last event forwarded
-        # The events before the first content (the start, progress), held while a failure
-        # could still be retried unseen (`hold_preamble`); None: forwarded as they come.
-        self.preamble: list[bytes] | None = [] if hold_preamble else None
-        self.sent_content = False  # an event (not a keep-alive) was given to send
-        self.held_from: float | None = None  # when holding began
-
-    def drain(self) -> bytes:
-        out = self.out
-        if not out:
-            return b""
-        self.out = []
-        return out[0] if len(out) == 1 else b"".join(out)
-
-    def take(self, chunk: bytes) -> None:
-        """Judge the frames a read completed; raise ResponseFailure to refuse."""
-        if len(chunk) <= READ_SLICE_BYTES:
-            self._frames(self.framer.feed(chunk))
-        else:  # a huge read is framed a slice at a time, the deadline looked at between
-            for start in range(0, len(chunk), READ_SLICE_BYTES):
-                self._frames(self.framer.feed(chunk[start : start + READ_SLICE_BYTES]))
-                self._check_deadline()
-        self._check_deadline()
-
-    def end(self) -> bytes:
-        """The body ended cleanly: the judgement's last steps; the bytes to release."""
-        self._frames(self.framer.finish())
-        if self.framer.cut:
-            raise ResponseFailure(
-                FailureKind.STREAM_ENDED,
-                "the body ended inside an SSE event (the stream was cut); nothing executed",
-            )
-        for event in self.decoder.end_of_stream():
-            result = self.gate.accept(event)
-            if result is not None:
-                self.decision = result
-        decision = self.decision
-        if decision is None:
-            raise ResponseFailure(
-                FailureKind.STREAM_ENDED,
-                "stream ended without a terminal event; nothing executed",
-            )
-        if len(decision.message.tool_calls) != self.calls:
-            raise _ModelRefused(decision)
-        # The tail (a comment no blank line ended) is not released: nothing but judged
-        # events and keep-alives reaches a client. What goes before the held frames: the
-        # events judged last, the start held for a retry; the held frames then follow
-        # (`released`), never joined into a copy of them all.
-        return b"".join([self.drain(), *(self.preamble or ())])
-
-    def released(self) -> Iterator[bytes]:
-        """The held frames, in order, in pieces of at most `RELEASE_SLICE_BYTES`."""
-        return self.held.pieces(RELEASE_SLICE_BYTES)
-
-    def _check_deadline(self) -> None:
-        if self.clock() > self.deadline_at:
-            raise ResponseFailure(FailureKind.DEADLINE, "no complete response within the deadline")
-
-    def _frames(self, frames: list[RawFrame]) -> None:
-        gateway = self.gateway
-        decoder = self.decoder
-        gate = self.gate
-        for number, frame in enumerate(frames, 1):
-            if not number % DEADLINE_CHECK_EVERY:
-                self._check_deadline()
-            event = frame.event
-            if event is None:  # no data line: nothing to decode, nothing a client may read
-                if frame.keepalive:  # an upstream comment: the gateway's own keep-alive
-                    self.out.append(gateway.keepalive())
-                continue  # `id:`, `retry:`, fields no reader agrees on: dropped
-            hold = self.holding
-            unreadable = gateway.unreadable_action(event)
-            if unreadable is not None:
-                raise ResponseFailure(FailureKind.UNSUPPORTED_OUTPUT, unreadable)
-            # What the client will read of this event (None: nothing, as the decoder reads
-            # nothing of it); an event no form can carry unambiguously refuses the stream.
-            sent = None if gateway.skipped(event) else canonical_frame(event)
-            decoded_events = decoder.decode(event)
-            rewritten = decoder.canonical_data()
-            if rewritten is not None and sent is not None:
-                # What the readers read differently, removed: what the decoder read.
-                sent = canonical_frame(ServerSentEvent(event.event, rewritten))
-            for decoded in decoded_events:
-                kind = type(decoded)
-                if kind is ToolCallStarted:
-                    self.calls += 1  # before the gate: a call beyond a bound is withheld too
-                result = gate.accept(decoded)
-                if result is not None:
-                    self.decision = result
-                if kind in _HOLDS:
-                    hold = hold or not self.terminal_only or kind is ResponseCompleted
-                elif isinstance(decoded, NativeOutput) and decoded.kind == "provider_output":
-                    hold = hold or not self.terminal_only
-            if not hold:
-                if self.terminal_only:
-                    hold = gateway.is_finish(event)
-                else:
-                    hold = gateway.begins_hold(event)
-            if sent is None:
-                self._start_holding(hold)
-            elif not hold:
-                preamble = self.preamble
-                if preamble is not None:
-                    if not gate.content_started:
-                        preamble.append(sent)  # the start: held until content comes
-                        continue
-                    self.out.extend(preamble)
-                    self.preamble = None
-                self.out.append(sent)
-                self.sent_content = True
-                self.last = event
-            elif gateway.is_keepalive(event):
-                self.out.append(sent)  # a keep-alive passes, even while holding
-                self._start_holding(True)
-            else:
-                self._hold(sent)
-                self._start_holding(True)
-
-    def _start_holding(self, hold: bool) -> None:
-        if hold and not self.holding:
-            self.holding = True
-            self.held_from = self.clock()
-
-    def _hold(self, frame: bytes) -> None:
-        size = len(frame)
-        self.held_bytes += size
-        if self.held_bytes > self.max_held:
-            raise ResponseFailure(
-                FailureKind.BOUND_EXCEEDED,
-                f"more than {self.max_held} bytes held before the response ended",
-            )
-        budget = self.budget
-        if budget is not None:
-            if not budget.take(size):
-                raise ResponseFailure(
-                    FailureKind.BOUND_EXCEEDED,
-                    f"the proxy holds {budget.limit} bytes of unfinished responses, its "
-                    "limit; this one was refused",
-                    transient=True,
-                )
-            self.budgeted += size
-        self.held.append(frame)
-
-    def give_back(self) -> None:
-        """Return what this stream holds to the shared budget and its memory to the system
-        (it ended, either way)."""
-        self.held.close()
-        if self.budget is not None and self.budgeted:
-            self.budget.give(self.budgeted)
-            self.budgeted = 0
-
-
-class _ModelRefused(Exception):
-    """A decision that releases fewer calls than streamed (a refusal drops them)."""
-
-    def __init__(self, decision: Decision) -> None:
-        super().__init__(decision.finish_reason)
-        self.decision = decision
-
-
-_EXPIRED = "expired"
-_KEEPALIVE = "keepalive"
-
-
-class _ReadTimer:
-    """One stream's one timer while the engine awaits the upstream: what falls due first of
-    the silence limit (from the start of the read), the deadline and, while frames are
-    held, the next keep-alive (`interval` after the last piece sent). Armed once, it is
-    re-armed only when it fires before what is due now, or when a keep-alive falls due
-    before it (holding began); outside a read it does nothing (the next read re-arms it).
-    When what is due falls during a read it cancels the reading task; `read` tells why
-    (`_EXPIRED`, `_KEEPALIVE`) and takes the cancellation back, or None when someone else
-    cancelled the task too (theirs stands)."""
-
-    __slots__ = (
-        "_armed_for",
-        "_baseline",
-        "_deadline_at",
-        "_handle",
-        "_idle",
-        "_interval",
-        "_keepalive_at",
-        "_loop",
-        "_read_from",
-        "_reading",
-        "_task",
-        "_waited",
-        "fired",
-    )
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, idle: float, deadline_at: float, interval: float
-    ) -> None:
-        self._loop = loop
-        self._idle = idle
-        self._deadline_at = deadline_at
-        self._interval = interval
-        self._handle: asyncio.TimerHandle | None = None
-        self._armed_for = math.inf
-        self._read_from = 0.0
-        self._keepalive_at = math.inf
-        self._reading = False
-        self._task: asyncio.Task[Any] | None = None
-        self._baseline = 0
-        self._waited = 0.0  # the silence a read had waited through when a keep-alive woke it
-        self.fired: str | None = None
-
-    def reading(self, holding: bool, last_sent: float, *, resumed: bool = False) -> None:
-        """A read begins now (in the current task), or goes on after a keep-alive
-        (`resumed`: the silence it had waited through before the keep-alive still counts,
-        the time the consumer spent on the keep-alive does not); while `holding`, a
-        keep-alive is due `interval` after `last_sent`."""
-        now = self._loop.time()
-        self._read_from = now - self._waited if resumed else now
-        self._keepalive_at = last_sent + self._interval if holding else math.inf
-        task = self._task = asyncio.current_task()
-        self._baseline = task.cancelling() if task is not None else 0
-        self._reading = True
-        due = self._due()
-        if self._handle is None or due < self._armed_for:
-            if self._handle is not None:
-                self._handle.cancel()
-            self._armed_for = due
-            self._handle = self._loop.call_at(due, self._fire)
-
-    def read(self) -> str | None:
-        """The read ended (with bytes, an end, an error or a cancellation): why this timer
-        cancelled it (its cancellation taken back, even when the body swallowed it), or None
-        when it did not, or someone else cancelled too."""
-        self._reading = False
-        fired, self.fired = self.fired, None
-        if fired is None or self._task is None:
-            return None
-        return fired if self._task.uncancel() <= self._baseline else None
-
-    def _due(self) -> float:
-        return min(self._read_from + self._idle, self._deadline_at, self._keepalive_at)
-
-    def _fire(self) -> None:
-        self._handle = None
-        if not self._reading:
-            return
-        due = self._due()
-        if due > self._armed_for:  # a read began, or a piece went out, since it was armed
-            self._armed_for = due
-            self._handle = self._loop.call_at(due, self._fire)
-            return
-        self._armed_for = math.inf
-        expiry = min(self._read_from + self._idle, self._deadline_at)
-        self.fired = _KEEPALIVE if self._keepalive_at < expiry else _EXPIRED
-        self._waited = self._loop.time() - self._read_from
-        if self._task is not None:
-            self._task.cancel()
-
-    def expired_by_deadline(self) -> bool:
-        """Whether the deadline, not the silence limit, ended the last read."""
-        return self._deadline_at <= self._read_from + self._idle
-
-    def stop(self) -> None:
-        self._reading = False
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
-async def _next(iterator: AsyncIterator[bytes]) -> bytes | None:
-    return await anext(iterator, None)
-
-
-def _being_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-async def _settle(read: asyncio.Future[bytes | None] | None) -> None:
-    """Cancel a pending read and wait for it to end (without swallowing our own
-    cancellation)."""
-    if read is None:
-        return
-    if not read.done():
-        read.cancel()
-    try:
-        await read
-    except asyncio.CancelledError:
-        if not read.cancelled() or _being_cancelled():
-            raise
-    except Exception:
-        pass
 
 
 class GatingStream:
@@ -896,122 +390,8 @@ class GatingStream:
         return self.gateway.refusal_frame(refused.refusal, judge.last)
 
 
-def _refused(exc: BaseException, calls: int, redact: Callable[[str], str]) -> Refused:
-    """What a refusal tells the client: its kind, the sentence (how many tool calls were
-    withheld, and why; redacted and bounded) and whether a new request may succeed."""
-    failure: ResponseFailure | None = None
-    if isinstance(exc, ResponseFailure):
-        failure = exc
-        kind = str(exc.kind)
-        reason = exc.message
-        transient = exc.transient or exc.kind in _TRANSIENT_KINDS
-    elif isinstance(exc, _ModelRefused):
-        kind = "model_refused"
-        message = exc.decision.message
-        reason = f"the model refused ({message.refusal or 'no reason given'})"
-        transient = False
-    else:
-        kind = "internal_error"
-        reason = f"lockgate could not judge the response ({describe(exc)})"
-        transient = False
-    reason = redact(reason).translate(_UNAMBIGUOUS)
-    if len(reason) > MAX_MESSAGE_CHARS:
-        reason = reason[:MAX_MESSAGE_CHARS] + "…"
-    if calls:
-        plural = "" if calls == 1 else "s"
-        text = f"lockgate withheld {calls} tool call{plural}: {kind}: {reason}"
-    else:
-        text = f"lockgate refused the response: {kind}: {reason}"
-    return Refused(Refusal(kind, text, transient, calls), failure)
-
-
-# The characters some SSE readers split lines on that JSON writes raw (it escapes the
-# control characters itself): a reason quoting the upstream (a tool's name) must not carry
-# them into the refusal frame.
-_UNAMBIGUOUS = str.maketrans(
-    {"\x85": "\ufffd", "\u2028": "\ufffd", "\u2029": "\ufffd", "\ufeff": "\ufffd"}
-)
-
-
 def _broke(exc: BaseException) -> ResponseFailure:
     return ResponseFailure(FailureKind.TRANSPORT, f"stream broke: {describe(exc)}")
-
-
-# --- a whole (non-streaming) response -------------------------------------------------------
-
-MAX_WHOLE_BYTES = 32 * 1024 * 1024  # a non-streaming body is read under this cap
-
-
-@dataclass(frozen=True, slots=True)
-class WholeVerdict:
-    """A non-streaming response judged: `status` and `body` are what the client receives
-    (accepted: the upstream's own, unchanged; refused: 502 and the protocol's error body);
-    `headers`, what a refusal adds: `x-should-retry: false` when a new request cannot help
-    (the official SDKs obey it instead of retrying a 502: a second paid call for nothing)."""
-
-    outcome: Outcome
-    status: int
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-def judge_whole(
-    entry: Provider,
-    request: Mapping[str, Any],
-    body: bytes,
-    options: GatingOptions | None = None,
-    *,
-    status: int = 200,
-    observer: Observer = ignore_event,
-    redact: Callable[[str], str] | None = None,
-    tools: Sequence[ToolSpec] | None = None,
-) -> WholeVerdict:
-    """Judge a whole JSON response (the answer to a request without `stream`) by the rules
-    a stream is judged by: the gateway writes the stream the response is the snapshot of
-    (`Gateway.whole_stream`), and the same decoder and gate read it. Accepted: the body
-    passes unchanged. Refused (not a response of the protocol, an unfinished or failed one,
-    an invalid batch, a bound): a 502 with the protocol's error body, which says how many
-    tool calls lockgate withheld and why."""
-    gateway = _gateway(entry)
-    options = options or GatingOptions()
-    if tools is None:
-        tools = gateway.tools(request, validate_schemas=options.validate_schemas)
-    gate = ResponseGate(tools, observer, options.limits)
-    judge = _Judge(gateway, gate, options.max_event_bytes, lambda: 0.0, math.inf)
-    try:
-        if len(body) > MAX_WHOLE_BYTES:
-            raise ResponseFailure(
-                FailureKind.BOUND_EXCEEDED,
-                f"the response body is larger than {MAX_WHOLE_BYTES} bytes",
-            )
-        try:
-            payload = parse_event(body)
-        except ValueError as exc:
-            raise ResponseFailure(
-                FailureKind.MALFORMED_EVENT, f"the response body is not JSON ({exc})"
-            ) from None
-        if type(payload) is not dict:
-            raise ResponseFailure(
-                FailureKind.MALFORMED_EVENT, "the response body is not a JSON object"
-            )
-        judge.take(gateway.whole_stream(payload))
-        judge.end()
-    except Exception as exc:
-        refused = _refused(exc, judge.calls, redact or _unchanged)
-        advice = () if refused.refusal.transient else (("x-should-retry", "false"),)
-        return WholeVerdict(refused, 502, gateway.error_body(refused.refusal), advice)
-    assert judge.decision is not None
-    return WholeVerdict(Accepted(judge.decision), status, body)
-
-
-def _unchanged(text: str) -> str:
-    return text
-
-
-def _gateway(entry: Provider) -> Gateway:
-    if entry.gateway is None:
-        raise ValueError(f"provider {entry.name!r} has no gateway")
-    return entry.gateway()
 
 
 # --- what a server or transport needs besides the stream -----------------------------------
