@@ -9,4 +9,8 @@
 
 Each is a script (`python -m interop.gateways.<name> --help`); they talk only to loopback
 servers they start, with fake keys.
+
+`scenarios` (the faults both play) and `model` (what a scenario is: attempts, answers, the
+`edit` tool) are their shared parts, not scripts; imports run one way: `upstream` →
+`scenarios` → `model`.
 """

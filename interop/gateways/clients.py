@@ -18,8 +18,8 @@ from typing import Any, Literal
 import anthropic
 import openai
 
+from .model import EDIT_TOOL, GOOD
 from .scenarios import Fault
-from .upstream import EDIT_TOOL, GOOD
 
 __all__ = ["Outcome", "anthropic_stream", "openai_stream", "verdict"]
 

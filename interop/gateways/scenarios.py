@@ -1,4 +1,4 @@
-"""The faults both harnesses play, as `upstream.Scenario`s named by the model they answer.
+"""The faults both harnesses play, as `model.Scenario`s named by the model they answer.
 
 `GATEWAY_FAULTS` are a gateway's everyday failures (issue 24's benchmark run): each but the
 persistent 503 and the cut fails once, then answers well. `GATE_FAULTS` are the broken
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .upstream import EDIT_CALL, GOOD, Answer, Attempt, Scenario, ToolCall
+from .model import EDIT_CALL, GOOD, Answer, Attempt, Scenario, ToolCall
 
 __all__ = [
     "ALL_SCENARIOS",
