@@ -1,193 +1,73 @@
-"""The command line's parser and argument types. Provider options are not listed here:
+"""The command line's parser: every subcommand's flags. Provider options are not listed here:
 each provider declares its own once (`providers/<name>/options.py`), and the parser makes
-their flags from the registry."""
+their flags from the registry (`provider_flags.py`). The argument types are in `argtypes.py`,
+the proxy's flags in `proxy_flags.py`; their names used elsewhere stay importable from here."""
 
 from __future__ import annotations
 
 import argparse
-import math
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any
 
 from .. import defaults
 from ..version import __version__
-from .codes import EXIT_USAGE
+from .argtypes import (
+    _fraction,
+    _key_variable,
+    _loopback_host,
+    _non_negative_seconds,
+    _nonempty_path,
+    _number,
+    _Parser,
+    _port,
+    _positive_seconds,
+    _script_path,
+    _text,
+    _tokens,
+    add_recording,
+    base_url,
+    one_line,
+    positive_int,
+    upstream_url,
+)
+from .provider_flags import (
+    PROVIDER_OPTION,
+    _add_provider_options,
+    given_provider_options,
+    provider_names,
+)
+from .proxy_flags import (
+    GIVEN_FILE_FLAGS,
+    HEAD_TIMEOUT_SECONDS,
+    LIMIT_HELP,
+    PROXY_KEEPALIVE_SECONDS,
+    PROXY_MAX_HELD_BYTES,
+    PROXY_MAX_STREAMS,
+    _add_proxy,
+)
 
-if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
+__all__ = [
+    "DESCRIPTION",
+    "GIVEN_FILE_FLAGS",
+    "HEAD_TIMEOUT_SECONDS",
+    "LIMIT_HELP",
+    "PROVIDER_OPTION",
+    "PROXY_KEEPALIVE_SECONDS",
+    "PROXY_MAX_HELD_BYTES",
+    "PROXY_MAX_STREAMS",
+    "add_recording",
+    "base_url",
+    "build_parser",
+    "given_provider_options",
+    "one_line",
+    "positive_int",
+    "provider_names",
+    "upstream_url",
+]
 
-Number = TypeVar("Number", int, float)
 DESCRIPTION = (
     "The lockgate command line: run (live, opt-in), lab (failure lab), serve, proxy (the gate "
     "on the wire), cassette (recorded traffic)."
 )
-PROXY_KEEPALIVE_SECONDS = 15.0  # proxy.engine.DEFAULT_KEEPALIVE_SECONDS (kept light here)
-PROXY_MAX_STREAMS = 256  # proxy.server.DEFAULT_MAX_STREAMS
-
-
-def one_line(text: str) -> str:
-    """`text` as one printable line: line breaks, escape sequences and other controls (in
-    an argument, a path, a server's words) shown as escapes, never acted on."""
-    from ..display import visible
-
-    return visible(text, multiline=False)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        """One line, never the whole usage: `lockgate run: error: … (see lockgate run -h)`.
-        argparse quotes some arguments raw (`unrecognized arguments: …`): made visible."""
-        line = one_line(f"{self.prog}: error: {message} (see {self.prog} --help)")
-        self.exit(EXIT_USAGE, line + "\n")
-
-    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        """As argparse's, but a failed write (`--help` into a full disk or a closed pipe)
-        is an output error, not silently ignored."""
-        if message:
-            (file or sys.stderr).write(message)
-
-
-def _number(
-    convert: Callable[[str], Number], what: str, valid: Callable[[Number], bool], rule: str
-) -> Callable[[str], Number]:
-    """An argparse type: parse with `convert`, then require `valid` (else: `rule`)."""
-
-    def parse(text: str) -> Number:
-        try:
-            value = convert(text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        if not valid(value):
-            raise argparse.ArgumentTypeError(rule)
-        return value
-
-    return parse
-
-
-positive_int = _number(
-    int, "a whole number", lambda v: 1 <= v <= 1_000_000, "must be between 1 and 1000000"
-)
-
-
-_positive_seconds = _number(
-    float, "a number of seconds", lambda v: 0 < v < 1e9, "must be a positive number of seconds"
-)
-
-
-_non_negative_seconds = _number(
-    float, "a number of seconds", lambda v: 0 <= v < 1e9, "must be a non-negative number of seconds"
-)
-
-
-_fraction = _number(float, "a number", lambda v: 0 <= v < 1, "must be at least 0 and less than 1")
-
-
-_port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "must be between 0 and 65535")
-
-
-_tokens = _number(
-    int, "a whole number", lambda v: 1 <= v <= 10_000_000, "must be between 1 and 10000000"
-)
-
-
-def _text(what: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if not text.strip() or any(c.isspace() or not c.isprintable() for c in text):
-            raise argparse.ArgumentTypeError(f"{what} must be non-empty, without spaces")
-        return text
-
-    return parse
-
-
-def _variable_name(text: str) -> str:
-    """An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`."""
-    if (
-        not text
-        or not (text[0].isalpha() or text[0] == "_")
-        or not all(c.isascii() and (c.isalnum() or c == "_") for c in text)
-    ):
-        raise argparse.ArgumentTypeError(
-            "must be an environment variable name (letters, digits and '_')"
-        )
-    return text
-
-
-def _key_variable(text: str) -> str:
-    """An environment variable name that can hold a key (`_variable_name`), and not one of
-    the system's own variables."""
-    from ..credentials import key_variable_problem
-
-    problem = key_variable_problem(_variable_name(text))
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def _record_folder(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the folder path is empty")
-    return Path(text)
-
-
-def add_recording(command: argparse.ArgumentParser) -> None:
-    """`--record DIR` and `--redact-env NAME` (run and proxy)."""
-    command.add_argument(
-        "--record",
-        type=_record_folder,
-        metavar="DIR",
-        help="write every exchange as a cassette into this existing folder (secrets redacted)",
-    )
-    command.add_argument(
-        "--redact-env",
-        type=_variable_name,
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="with --record: also redact this variable's value from cassettes (repeatable)",
-    )
-
-
-def _loopback_host(text: str) -> str:
-    from ..lab.server import check_loopback
-
-    try:
-        return check_loopback(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def base_url(text: str) -> str:
-    """An http(s) URL with a host, a valid port and no user:password part."""
-    from ..transport import base_url_problem
-
-    problem = base_url_problem(text)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
-def upstream_url(text: str) -> str:
-    """A `base_url` without a query or a fragment (a request's own are appended)."""
-    base_url(text)
-    if "?" in text or "#" in text:
-        raise argparse.ArgumentTypeError("the upstream URL must not carry a query or a fragment")
-    return text
-
-
-def _script_path(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the script path is empty")
-    return Path(text)
-
-
-def provider_names() -> list[str]:
-    from ..providers import PROVIDERS
-
-    return list(PROVIDERS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -400,12 +280,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _nonempty_path(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("the path is empty")
-    return Path(text)
-
-
 def _add_cassette(commands: argparse._SubParsersAction[Any], providers: list[str]) -> None:
     """The `cassette` command and its `import` subcommand (standard library only)."""
     cassette = commands.add_parser("cassette", help="import recorded exchanges as cassettes")
@@ -433,283 +307,3 @@ def _add_cassette(commands: argparse._SubParsersAction[Any], providers: list[str
         help="import every model request as this protocol (default: from the URL path; "
         "a real-streams file names its own, and one of another protocol is skipped)",
     )
-
-
-_retry_count = _number(int, "a whole number", lambda v: 0 <= v <= 10, "must be between 0 and 10")
-
-
-# The namespace attribute that lists the option strings given of `lockgate proxy`'s flags
-# that are settings of a config file (each a `_Noted` action): refused beside `--config`.
-GIVEN_FILE_FLAGS = "given_file_flags"
-
-
-class _Noted(argparse.Action):
-    """Notes the option string it was given as (`GIVEN_FILE_FLAGS`), then acts as the
-    action it is mixed into: a flag's default cannot tell whether it was given."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        noted: list[str] = list(getattr(namespace, GIVEN_FILE_FLAGS, []))
-        if option_string is not None and option_string not in noted:
-            noted.append(option_string)
-        setattr(namespace, GIVEN_FILE_FLAGS, noted)
-        super().__call__(parser, namespace, values, option_string)
-
-
-class _NotedStore(_Noted, argparse._StoreAction):
-    pass
-
-
-class _NotedStoreTrue(_Noted, argparse._StoreTrueAction):
-    pass
-
-
-class _NotedAppend(_Noted, argparse._AppendAction):
-    pass
-
-
-class _NotedBoolean(_Noted, argparse.BooleanOptionalAction):
-    pass
-
-
-def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
-    proxy = commands.add_parser(
-        "proxy", help="gate every provider's responses for any client (an HTTP proxy)"
-    )
-    source = proxy.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--upstream",
-        type=upstream_url,
-        metavar="URL",
-        help="the provider's origin, e.g. https://api.openai.com (request paths appended): "
-        "one route, set by the flags below",
-    )
-    source.add_argument(
-        "--config",
-        type=_nonempty_path,
-        metavar="FILE",
-        help="a YAML file naming the routes, their upstreams, keys, gating and retries",
-    )
-    proxy.add_argument(
-        "--check",
-        action="store_true",
-        help="print the effective routes and settings (no secret) and exit",
-    )
-    proxy.add_argument(
-        "--workers",
-        type=positive_int,
-        metavar="N",
-        help="serve from N processes under gunicorn (needs lockgate[server]); metrics are "
-        "summed over them",
-    )
-    proxy.add_argument(
-        "--retries",
-        action=_NotedStore,
-        type=_retry_count,
-        default=0,
-        metavar="N",
-        help="with --upstream: send a request again, up to N times, when its answer was "
-        "refused for a transient reason before any of it reached the client (default 0)",
-    )
-    proxy.add_argument(
-        "--retry-max-wait",
-        action=_NotedStore,
-        type=_positive_seconds,
-        default=60.0,
-        metavar="SECONDS",
-        help="with --upstream: the longest server-requested wait honoured; longer is "
-        "neither waited nor passed on, the client is told not to retry (default 60)",
-    )
-    proxy.add_argument(
-        "--host",
-        action=_NotedStore,
-        type=_text("--host"),
-        default="127.0.0.1",
-        help="listen address (default 127.0.0.1; another than loopback needs --allow-remote)",
-    )
-    proxy.add_argument(
-        "--port",
-        action=_NotedStore,
-        type=_port,
-        default=0,
-        help="port (default 0: an ephemeral port)",
-    )
-    proxy.add_argument(
-        "--hold",
-        action=_NotedStore,
-        choices=["tools", "terminal"],
-        default="tools",
-        help="hold from the first tool call (default), or only the finish (calls stream live)",
-    )
-    proxy.add_argument(
-        "--idle-timeout",
-        action=_NotedStore,
-        type=_positive_seconds,
-        default=defaults.IDLE_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="refuse a response after this long without a byte "
-        f"(default {defaults.IDLE_TIMEOUT_SECONDS:g})",
-    )
-    proxy.add_argument(
-        "--deadline",
-        action=_NotedStore,
-        type=_positive_seconds,
-        default=defaults.DEADLINE_SECONDS,
-        metavar="SECONDS",
-        help="refuse a response that takes longer than this in total "
-        f"(default {defaults.DEADLINE_SECONDS:g})",
-    )
-    proxy.add_argument(
-        "--keepalive",
-        action=_NotedStore,
-        type=_positive_seconds,
-        default=PROXY_KEEPALIVE_SECONDS,
-        metavar="SECONDS",
-        help="a keep-alive this often while a response is held "
-        f"(default {PROXY_KEEPALIVE_SECONDS:g})",
-    )
-    proxy.add_argument(
-        "--validate-schemas",
-        action=_NotedBoolean,
-        default=True,
-        help="check every call's arguments against its tool's schema (the default; "
-        "--no-validate-schemas: only that they are a JSON object)",
-    )
-    proxy.add_argument(
-        "--api-key-env",
-        action=_NotedStore,
-        type=_key_variable,
-        metavar="NAME",
-        help="hold the key from this variable: it replaces the clients' credentials upstream",
-    )
-    proxy.add_argument(
-        "--client-token-env",
-        action=_NotedStore,
-        type=_key_variable,
-        metavar="NAME",
-        help="require the token from this variable on every request",
-    )
-    proxy.add_argument(
-        "--allow-remote",
-        action=_NotedStoreTrue,
-        help="allow a --host other than loopback (with --api-key-env: --client-token-env too)",
-    )
-    proxy.add_argument(
-        "--max-streams",
-        action=_NotedStore,
-        type=positive_int,
-        default=PROXY_MAX_STREAMS,
-        metavar="N",
-        help=f"concurrent requests; beyond: 503 (default {PROXY_MAX_STREAMS})",
-    )
-    proxy.add_argument("--json", action="store_true", help="records as JSON lines on stdout")
-    add_recording(proxy)
-    _add_proxy_bounds(proxy)
-
-
-HEAD_TIMEOUT_SECONDS = 30.0  # proxy.server.DEFAULT_HEAD_TIMEOUT (kept light here)
-PROXY_MAX_HELD_BYTES = 256 * 1024 * 1024  # proxy.server.DEFAULT_MAX_HELD_BYTES
-# The gate's bounds (`gate.GateLimits`): what each flag bounds in one response.
-LIMIT_HELP = {
-    "max_text_chars": "answer text characters",
-    "max_reasoning_chars": "reasoning characters",
-    "max_calls": "tool calls",
-    "max_argument_chars": "argument characters of one tool call",
-    "max_native_items": "provider-side items (executed tools, native output)",
-    "max_native_bytes": "bytes of provider-side items",
-}
-
-_bound = _number(
-    int, "a whole number", lambda v: 1 <= v <= 1_000_000_000, "must be between 1 and 1000000000"
-)
-
-
-def _add_proxy_bounds(proxy: argparse.ArgumentParser) -> None:
-    """The flags for where a held key may go, the request head's timeout and the gate's
-    bounds."""
-    from ..gate import GateLimits
-
-    proxy.add_argument(
-        "--allow-host",
-        action=_NotedAppend,
-        default=[],
-        metavar="NAME",
-        help="with --api-key-env: a host name clients reach the proxy by, besides IP "
-        "literals and localhost (repeatable); any other Host never gets the key",
-    )
-    proxy.add_argument(
-        "--key-on-any-path",
-        action=_NotedStoreTrue,
-        help="with --api-key-env: send the key with every request, not only model requests, "
-        "model listings and token counts",
-    )
-    proxy.add_argument(
-        "--head-timeout",
-        action=_NotedStore,
-        type=_positive_seconds,
-        default=HEAD_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="close a connection whose request head has not arrived this long after it "
-        f"opened or after the previous answer (default {HEAD_TIMEOUT_SECONDS:g})",
-    )
-    proxy.add_argument(
-        "--max-held-bytes",
-        action=_NotedStore,
-        type=_bound,
-        default=PROXY_MAX_HELD_BYTES,
-        metavar="N",
-        help="the bytes all unfinished responses may hold at once; a response that would go "
-        f"beyond is refused, the others go on (default {PROXY_MAX_HELD_BYTES})",
-    )
-    defaults = GateLimits()
-    for name, what in LIMIT_HELP.items():
-        default = getattr(defaults, name)
-        proxy.add_argument(
-            "--" + name.replace("_", "-"),
-            action=_NotedStore,
-            type=_bound,
-            default=default,
-            metavar="N",
-            help=f"refuse a response with more {what} than this (default {default})",
-        )
-
-
-PROVIDER_OPTION = "provider option "  # the prefix of a provider option's `dest`
-
-
-def _add_provider_options(run: argparse.ArgumentParser) -> None:
-    """One flag per provider option, made from the providers' own declarations: the value
-    stays the text given, parsed by the chosen provider's rule (`provider_options`). A flag
-    several providers declare is one flag, its help naming them all."""
-    from ..providers import PROVIDERS
-    from ..providers.base import OptionSpec, option_fields
-
-    owners: dict[str, list[tuple[str, OptionSpec]]] = {}
-    for entry in PROVIDERS.values():
-        if entry.options is not None:
-            for _, spec in option_fields(entry.options):
-                owners.setdefault(spec.flag, []).append((entry.name, spec))
-    for flag, declared in owners.items():
-        spec = declared[0][1]
-        shared = all(other.choices == spec.choices for _, other in declared)
-        run.add_argument(
-            flag,
-            dest=PROVIDER_OPTION + flag,
-            metavar=spec.metavar,
-            choices=spec.choices if shared else None,
-            help=f"{', '.join(name for name, _ in declared)} only: {spec.help}",
-        )
-
-
-def given_provider_options(args: argparse.Namespace) -> dict[str, str]:
-    """The provider option flags given on the command line, and their text."""
-    return {
-        dest.removeprefix(PROVIDER_OPTION): value
-        for dest, value in vars(args).items()
-        if dest.startswith(PROVIDER_OPTION) and value is not None
-    }
