@@ -1,0 +1,79 @@
+"""What a proxy's settings mean, one line per fact and never a secret (`lockgate proxy
+--check`), and the warnings the proxy also says when it starts (`key_warnings`)."""
+
+from __future__ import annotations
+
+from .settings import ProxySettings, UpstreamSettings
+
+__all__ = ["describe", "key_warnings"]
+
+
+def describe(settings: ProxySettings) -> list[str]:
+    """The effective settings, one line each, never a secret (`lockgate proxy --check`)."""
+    lines = [
+        f"listen {settings.host}:{settings.port}"
+        + (" (beyond loopback allowed)" if settings.allow_remote else ""),
+        "client token: "
+        + (settings.client_token.describe() if settings.client_token else "none required"),
+        f"bounds: {settings.max_streams} requests at once, request bodies up to "
+        f"{settings.max_request_bytes} bytes, {settings.max_held_bytes} bytes held in all, "
+        f"request heads within {settings.head_timeout:g} s, {settings.grace_seconds:g} s to "
+        "drain",
+        "metrics: " + ("/metrics" if settings.metrics else "off") + "; health: /healthz, /readyz",
+    ]
+    if settings.allow_hosts:
+        lines.append("host names allowed: " + ", ".join(settings.allow_hosts))
+    if settings.record is not None:
+        lines.append(f"recording: every exchange as a cassette in {settings.record}")
+    for route in settings.routes:
+        gating = route.gating
+        lines.append(
+            f"route {route.name}: {route.prefix or '/'} -> {_upstream_line(route.upstream)}; "
+            f"hold {gating.hold}, schemas {'' if gating.validate_schemas else 'not '}validated, "
+            f"silence {gating.idle_timeout:g} s, deadline {gating.deadline:g} s, "
+            f"keep-alive {gating.keepalive_interval:g} s, at most {gating.limits.max_calls} calls; "
+            f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s)"
+        )
+        for number, fallback in enumerate(route.fallbacks, 1):
+            lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
+    lines.extend(key_warnings(settings))
+    return lines
+
+
+def key_warnings(settings: ProxySettings) -> list[str]:
+    """One line per route where some upstreams hold a key and others do not (`--check`
+    prints them, and the proxy says them when it starts): the client's own credentials go
+    to those that hold none, so there the client token is accepted only in
+    `x-lockgate-token`, never as the client's API key."""
+    lines = []
+    for route in settings.routes:
+        upstreams = (route.upstream, *route.fallbacks)
+        keyless = [
+            "its upstream" if index == 0 else f"fall-back {index}"
+            for index, upstream in enumerate(upstreams)
+            if upstream.key is None
+        ]
+        if keyless and len(keyless) < len(upstreams):
+            line = (
+                f"warning: route {route.name}: {' and '.join(keyless)} "
+                f"{'holds' if len(keyless) == 1 else 'hold'} no key while another upstream "
+                "of the route does: the client's own credentials go there"
+            )
+            if settings.client_token is not None:
+                line += (
+                    ", so clients must show the client token in x-lockgate-token (as their "
+                    "API key it is refused)"
+                )
+            lines.append(line)
+    return lines
+
+
+def _upstream_line(upstream: UpstreamSettings) -> str:
+    parts = [upstream.url]
+    if upstream.key is not None:
+        parts.append(f"key from {upstream.key.describe()} as {upstream.key_header}")
+    else:
+        parts.append("the client's own credentials")
+    if upstream.model is not None:
+        parts.append(f"model {upstream.model}")
+    return ", ".join(parts)
