@@ -33,11 +33,10 @@ client), and its answer passed, gated or judged back to the client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -66,6 +65,7 @@ from .engine import (
     judge_whole,
 )
 from .flow import Flow
+from .respond import DONT_RETRY, Responder, close_quietly, failed, reject, unjudged
 from .upstream import (
     ResumableUpstreamBody,
     UpstreamBody,
@@ -85,7 +85,6 @@ OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the eve
 # The retry owner's backoff between attempts (its jitter and growth; the route's `max_wait`
 # bounds a server's wait instead).
 _BACKOFF = RetryPolicy(attempts=11, base_delay=0.25, max_delay=8.0)
-_DONT_RETRY = ("x-should-retry", "false")
 _WAIT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
 
 
@@ -135,16 +134,6 @@ class ExchangeHost(Protocol):
 
     def speaker(self, entry: Provider | None, request: web.Request, path: str) -> Gateway: ...
 
-    def reject(
-        self,
-        flow: Flow,
-        entry: Provider | None,
-        status: int,
-        message: str,
-        request: web.Request,
-        param: str | None = None,
-    ) -> web.Response: ...
-
     async def parse(self, body: bytes) -> Mapping[str, Any] | None: ...
 
     def declared_tools(
@@ -164,51 +153,6 @@ class _Retry(Exception):
     def __init__(self, wait: float | None = None) -> None:
         super().__init__()
         self.wait = wait
-
-
-class _WriteWatchdog:
-    """One exchange's one timer on its writes to the client: a write that has waited
-    longer than `limit` (the client stopped reading: aiohttp's write waits for the socket
-    to drain, with no limit of its own) aborts the client's connection. Armed at the first
-    write, re-armed only when it fires before what is due; a write costs a clock read."""
-
-    __slots__ = ("_abort", "_handle", "_limit", "_loop", "_since", "_writing", "fired")
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, limit: float, abort: Callable[[], None]
-    ) -> None:
-        self._loop = loop
-        self._limit = limit
-        self._abort = abort
-        self._handle: asyncio.TimerHandle | None = None
-        self._since = 0.0
-        self._writing = False
-        self.fired = False
-
-    def writing(self) -> None:
-        self._since = self._loop.time()
-        self._writing = True
-        if self._handle is None:
-            self._handle = self._loop.call_at(self._since + self._limit, self._fire)
-
-    def written(self) -> None:
-        self._writing = False
-
-    def _fire(self) -> None:
-        self._handle = None
-        if not self._writing:
-            return  # the next write arms it again
-        due = self._since + self._limit
-        if due > self._loop.time():  # a later write began since it was armed
-            self._handle = self._loop.call_at(due, self._fire)
-            return
-        self.fired = True
-        self._abort()  # the waiting write returns; `ProxyExchange._write` says why
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
 
 
 class ProxyExchange:
@@ -231,10 +175,10 @@ class ProxyExchange:
         self.gateway: Gateway | None = entry.gateway() if entry and entry.gateway else None
         self.target = target
         self.speaker = server.speaker(entry, request, flow.upstream_path)
-        self.response: web.StreamResponse | None = None  # the client's, once its head went
+        # The client's answer: written there only, its head once (`Responder.commit`).
+        self.respond = Responder(request, flow, route.settings.gating.idle_timeout)
         self.parsed: Mapping[str, Any] | None = None
         self.body = b""
-        self._watchdog: _WriteWatchdog | None = None  # armed by the first write
         # The refusal of the proxy's own answer (an error it gives), for a stream whose
         # head already went: its frame ends that stream instead (`_refuse_in_stream`).
         self._refusal: Refusal | None = None
@@ -245,8 +189,7 @@ class ProxyExchange:
         try:
             return await self._run()
         finally:
-            if self._watchdog is not None:
-                self._watchdog.stop()
+            self.respond.stop()
 
     async def _run(self) -> web.StreamResponse:
         server, flow = self.server, self.flow
@@ -255,32 +198,21 @@ class ProxyExchange:
             async with asyncio.timeout(idle):
                 self.body = await self.request.read()
         except TimeoutError:
-            return server.reject(
-                flow,
-                self.entry,
-                408,
-                f"the request body did not arrive within {idle:g} s",
-                self.request,
-            )
+            message = f"the request body did not arrive within {idle:g} s"
+            return reject(flow, self.speaker, 408, message)
         except web.HTTPRequestEntityTooLarge:
             limit = server.settings.max_request_bytes
-            return server.reject(
-                flow,
-                self.entry,
-                413,
-                f"the request body is larger than {limit} bytes",
-                self.request,
-            )
+            return reject(flow, self.speaker, 413, f"the request body is larger than {limit} bytes")
         if self.gateway is not None:
             try:
                 self.parsed = await server.parse(self.body)
             except TooComplex as exc:
-                return server.reject(flow, self.entry, 413, f"the request body {exc}", self.request)
+                return reject(flow, self.speaker, 413, f"the request body {exc}")
             if self.parsed is not None:
                 problem = self.gateway.request_problem(self.parsed)
                 if problem is not None:
                     message, param = problem
-                    return server.reject(flow, self.entry, 400, message, self.request, param)
+                    return reject(flow, self.speaker, 400, message, param=param)
         return await self._attempts()
 
     async def _attempts(self) -> web.StreamResponse:
@@ -306,8 +238,8 @@ class ProxyExchange:
                     wait = max(wait, retry.wait)
                 await asyncio.sleep(wait)
                 continue
-            if self.response is not None and answer is not self.response:
-                return await self._refuse_in_stream(self.response)
+            if self.respond.response is not None and answer is not self.respond.response:
+                return await self._refuse_in_stream()
             return answer
 
     async def _attempt(
@@ -348,7 +280,8 @@ class ProxyExchange:
             if self.gateway is None or self.entry is None:
                 flow.outcome = "forwarded"
                 capped = not 200 <= status < 300
-                return await self._pass(response, status, headers, capped, upstream)
+                redactor = upstream.redactor
+                return await self.respond.passed(response, status, headers, capped, redactor)
             if not 200 <= status < 300:
                 return await self._error_status(response, status, headers, can_retry, spent)
             if self.parsed is None:
@@ -443,7 +376,7 @@ class ProxyExchange:
             if wait is None or wait <= max_wait:
                 if body is None:
                     return self._failed(502, "the upstream's error body broke off", spent=spent)
-                if self.response is not None:
+                if self.respond.committed:
                     return self._late_status(response, status, body)
                 return web.Response(status=status, body=body, headers=headers)
         if wait is not None and wait > max_wait:
@@ -460,15 +393,16 @@ class ProxyExchange:
                 if name.lower() not in _WAIT_HEADERS and name.lower() != "content-type"
             )
             sent["content-type"] = "application/json"
-            sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
+            sent[DONT_RETRY[0]] = DONT_RETRY[1]
             error = self.speaker.client_error_body(status, message)
             return web.Response(status=status, body=error, headers=sent)
-        if self.response is not None:
+        if self.respond.committed:
             return self._late_status(response, status, await self._capped(response))
         if spent:
             headers = headers.copy()
-            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]  # in place of any case of it
-        return await self._pass(response, status, headers, True, None)
+            headers[DONT_RETRY[0]] = DONT_RETRY[1]  # in place of any case of it
+        redactor = self.route.client_redactor
+        return await self.respond.passed(response, status, headers, True, redactor)
 
     def _late_status(
         self, response: aiohttp.ClientResponse, status: int, body: bytes | None
@@ -499,74 +433,6 @@ class ProxyExchange:
         except Exception:
             return None
         return b"".join(pieces)
-
-    async def _head(self, status: int, headers: Mapping[str, str]) -> web.StreamResponse:
-        """The client's response head, sent once."""
-        if self.response is None:
-            response = web.StreamResponse(status=status, headers=CIMultiDict(headers))
-            await response.prepare(self.request)
-            self.response = response
-        return self.response
-
-    async def _write(self, response: web.StreamResponse, piece: bytes | None) -> None:
-        """Send a piece (None: the end of the body); a client that does not take it within
-        the silence limit has stopped reading, and is treated as gone (its connection
-        aborted, its slot and the upstream freed): ConnectionResetError."""
-        watchdog = self._watchdog
-        if watchdog is None:
-            loop = asyncio.get_running_loop()
-            idle = self.route.settings.gating.idle_timeout
-            watchdog = self._watchdog = _WriteWatchdog(loop, idle, self._abort)
-        if piece is not None and self.flow.first_sent_at is None:
-            self.flow.first_sent_at = asyncio.get_running_loop().time()
-        watchdog.writing()
-        try:
-            if piece is None:
-                await response.write_eof()
-            else:
-                await response.write(piece)
-        finally:
-            watchdog.written()
-        if watchdog.fired:
-            raise ConnectionResetError("the client stopped reading")
-
-    async def _end(self, response: web.StreamResponse) -> web.StreamResponse:
-        """The body's clean end (a client that left meanwhile is let go)."""
-        with contextlib.suppress(ConnectionError):
-            await self._write(response, None)
-        return response
-
-    async def _pass(
-        self,
-        upstream: aiohttp.ClientResponse,
-        status: int,
-        headers: CIMultiDict[str],
-        capped: bool,
-        runtime: UpstreamRuntime | None,
-    ) -> web.StreamResponse:
-        """The answer as it came (an error body under the cap), redacted of the held key; a
-        body that breaks off ends the connection without a clean end, so the client sees it
-        broke."""
-        flow = self.flow
-        response = await self._head(status, headers)
-        redactor = self.route.client_redactor if runtime is None else runtime.redactor
-        body = UpstreamBody(upstream, flow.exchange if capped else None, redactor)
-        pieces: AsyncIterator[bytes] = aiter(capped_body(body) if capped else body)
-        try:
-            async for piece in pieces:
-                await self._write(response, piece)
-        except ConnectionError:  # the client left (or stopped reading)
-            flow.outcome = "abandoned"
-            self._abort()
-            return response
-        except Exception as exc:  # the upstream broke off (or fell silent)
-            flow.outcome = "error"
-            flow.reason = f"transport: the upstream body broke off ({describe(exc)})"
-            self._abort()
-            return response
-        finally:
-            await _close(pieces)
-        return await self._end(response)
 
     async def _gate(
         self,
@@ -601,7 +467,8 @@ class ProxyExchange:
             tools=tools,
             hold_preamble=can_retry,
         )
-        response = None if can_retry else await self._head(flow.status, headers)
+        respond = self.respond
+        response = None if can_retry else await respond.commit(flow.status, headers)
         pieces = aiter(stream)
         left = False
         try:
@@ -617,14 +484,14 @@ class ProxyExchange:
                     flow.incomplete = True
                     raise _Retry()  # the refusal frame is not sent: nothing was seen
                 if response is None:
-                    response = await self._head(flow.status, headers)
-                await self._write(response, piece)
+                    response = await respond.commit(flow.status, headers)
+                await respond.write(piece)
         except ConnectionError:  # the client left (or stopped reading): not an outcome
             left = True
-            self._abort()
+            respond.abort()
             return response or web.Response(status=499)
         finally:
-            await _close(pieces)
+            await close_quietly(pieces)
             flow.first_read_at = stream.first_read_at
             flow.held_from = stream.held_from
             if flow.held_from is not None:
@@ -636,8 +503,8 @@ class ProxyExchange:
                 if isinstance(stream.outcome, Refused):
                     flow.incomplete = stream.outcome.refusal.kind in _INCOMPLETE
         if response is None:  # an empty body judged (accepted or refused): its head now
-            response = await self._head(flow.status, headers)
-        return await self._end(response)
+            await respond.commit(flow.status, headers)
+        return await respond.end()
 
     async def _whole(
         self,
@@ -695,7 +562,7 @@ class ProxyExchange:
         if isinstance(outcome, Refused):
             sent = CIMultiDict(verdict.headers)
             if spent:
-                sent[_DONT_RETRY[0]] = _DONT_RETRY[1]
+                sent[DONT_RETRY[0]] = DONT_RETRY[1]
             return web.Response(
                 status=verdict.status,
                 body=verdict.body,
@@ -707,50 +574,37 @@ class ProxyExchange:
     # --- refusals of the proxy's own ------------------------------------------------------
 
     def _failed(self, status: int, reason: str, *, spent: bool) -> web.StreamResponse:
-        """No answer to pass on (the upstream could not be reached, failed before its
-        answer, or answered in a form the proxy cannot read): `status` and the protocol's
-        error body; told not to retry when the proxy spent its retries."""
-        flow = self.flow
-        reason = self.server.redact(reason)
-        flow.outcome = "error"
-        flow.status = status
-        flow.reason = f"opening: {reason}"
-        if self.gateway is not None:
-            refusal = self._refusal = Refusal("opening", f"lockgate proxy: {reason}", True, 0)
-            body = self.gateway.error_body(refusal)
-        else:
-            body = self.speaker.client_error_body(status, f"lockgate proxy: {reason}")
-        headers = {"content-type": "application/json"}
-        if spent:
-            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]
-        return web.Response(status=status, body=body, headers=headers)
+        """No answer to pass on (`respond.failed`); its refusal kept for a stream whose head
+        already went."""
+        answer, self._refusal = failed(
+            self.flow, self.gateway, self.speaker, status, reason, self.server.redact, spent=spent
+        )
+        return answer
 
     def _unjudged(
         self, kind: str, reason: str, *, transient: bool = False, spent: bool = False
     ) -> web.Response:
         assert self.gateway is not None
-        flow = self.flow
-        text = f"lockgate refused the response: {kind}: {self.server.redact(reason)}"
-        refusal = self._refusal = Refusal(kind, text, transient, 0)
-        flow.judged(Refused(refusal))
-        flow.status = 502
-        flow.reason = f"{kind}: {reason}"
-        headers = {"content-type": "application/json"}
-        if spent:
-            headers[_DONT_RETRY[0]] = _DONT_RETRY[1]
-        return web.Response(
-            status=502,
-            body=self.gateway.error_body(refusal),
-            headers=headers,
+        answer, self._refusal = unjudged(
+            self.flow,
+            self.gateway,
+            kind,
+            reason,
+            self.server.redact,
+            transient=transient,
+            spent=spent,
         )
+        return answer
 
-    async def _refuse_in_stream(self, response: web.StreamResponse) -> web.StreamResponse:
+    async def _refuse_in_stream(self) -> web.StreamResponse:
         """The proxy's own answer (an error status, no answer, a refusal) when the client's
         head already went (an upstream comment passed on as a keep-alive while a retry was
         possible): a second head cannot follow it, nor an error body inside the stream. The
         open stream ends with the protocol's refusal frame, which the client's SDK raises;
         the log keeps the status that was sent."""
         flow = self.flow
+        response = self.respond.response
+        assert response is not None
         flow.status = response.status
         refusal = self._refusal
         if refusal is None or self.gateway is None:  # never expected: every such answer says
@@ -760,26 +614,7 @@ class ProxyExchange:
         assert self.gateway is not None
         if flow.outcome not in ("error", "refused", "withheld"):
             flow.outcome = "error"
-        try:
-            await self._write(response, self.gateway.refusal_frame(refusal, None))
-        except ConnectionError:
-            flow.outcome = "abandoned"
-            self._abort()
-            return response
-        return await self._end(response)
-
-    def _abort(self) -> None:
-        transport = self.request.transport
-        if transport is not None:
-            transport.abort()
-
-
-async def _close(pieces: AsyncIterator[bytes]) -> None:
-    """Close a body's iteration (an async generator, maybe left suspended), quietly."""
-    close = getattr(pieces, "aclose", None)
-    if close is not None:
-        with contextlib.suppress(Exception):
-            await close()
+        return await self.respond.refused_in_stream(self.gateway.refusal_frame(refusal, None))
 
 
 # The refusals that say an upstream stream did not end complete (counted apart: a 200 status

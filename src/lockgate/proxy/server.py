@@ -87,6 +87,7 @@ from .flow import (
     notify_done,
     notify_started,
 )
+from .respond import malformed, reject, reserved
 from .routes import PathProblem, Routed, owner, plain_path, route, ungateable
 from .upstream import open_session, upstream_timeout
 
@@ -389,7 +390,8 @@ class ProxyServer:
             )
             if problem is not None:
                 status, message = problem
-                return self.reject(flow, entry, status, message, request)
+                speaker = self.speaker(entry, request, flow.upstream_path or flow.path)
+                return reject(flow, speaker, status, message, stopping=self.stopping)
             self.active += 1
             counted = True
             if task is not None:
@@ -471,60 +473,32 @@ class ProxyServer:
 
     def handle_reserved(self, request: web.Request, path: str) -> web.Response:
         """The proxy's own paths: health, readiness, metrics (never forwarded)."""
-        if request.method not in ("GET", "HEAD"):
-            return web.json_response(
-                {"error": {"message": f"lockgate proxy: {path} answers GET only"}},
-                status=405,
-                headers={"allow": "GET, HEAD"},
-            )
-        if path == "/healthz":
-            return web.json_response({"status": "ok"})
-        if path == "/readyz":
-            if self.ready:
-                return web.json_response({"status": "ready", "routes": len(self.routes)})
-            state = "stopping" if self.stopping else "starting"
-            return web.json_response({"status": state}, status=503, headers={"retry-after": "1"})
-        query = {name: value for name, value in request.rel_url.query.items()}
-        if not self.access.authorized(request.headers, query):
-            return web.json_response(
-                {
-                    "error": {
-                        "message": "lockgate proxy: the lockgate client token is missing or wrong"
-                    }
-                },
-                status=401,
-            )
-        if self.metrics is None:
-            return web.json_response(
-                {"error": {"message": "lockgate proxy: metrics are off"}}, status=404
-            )
-        body, content_type = self.metrics()
-        return web.Response(body=body, headers={"content-type": content_type})
+
+        def authorized() -> bool:
+            query = {name: value for name, value in request.rel_url.query.items()}
+            return self.access.authorized(request.headers, query)
+
+        return reserved(
+            request,
+            path,
+            ready=self.ready,
+            stopping=self.stopping,
+            routes=len(self.routes),
+            authorized=authorized,
+            metrics=self.metrics,
+        )
 
     def malformed(
         self, request: BaseRequest, status: int, exc: BaseException | None, message: str | None
     ) -> web.Response:
         """aiohttp's answer to a request it could not parse (or, never expected, a handler
-        that failed): the proxy's JSON error, and a record."""
+        that failed): the proxy's JSON error (`respond.malformed`), and a record."""
         loop = asyncio.get_running_loop()
         flow = Flow("-", "-", None, loop.time())
-        if status == 400:
-            # aiohttp's message: a line, then the bytes it stopped at and a caret under them.
-            detail = message or (str(exc) if exc is not None else "")
-            lines = [line.strip() for line in detail.splitlines() if line.strip(" ^")]
-            reason = f"the request is not valid HTTP ({quoted(' '.join(lines), 200)})"
-            flow.outcome = "rejected"
-        else:
-            reason = f"the proxy failed on this request (HTTP {status})"
-            flow.outcome = "error"
-        flow.status = status
-        flow.reason = reason
+        response = malformed(flow, status, exc, message)
         flow.ended = loop.time()
         self.answered += 1
         notify_done(self.hooks, flow)
-        body = owner("/", {}, {}).client_error_body(status, f"lockgate proxy: {reason}")
-        response = web.Response(status=status, body=body, content_type="application/json")
-        response.force_close()
         return response
 
     # --- what an exchange needs (`exchange.ExchangeHost`) ---------------------------------
@@ -537,29 +511,6 @@ class ProxyServer:
             return entry.gateway()
         query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
         return owner(path, request.headers, query)
-
-    def reject(
-        self,
-        flow: Flow,
-        entry: Provider | None,
-        status: int,
-        message: str,
-        request: web.Request,
-        param: str | None = None,
-    ) -> web.Response:
-        flow.outcome = "rejected"
-        flow.status = status
-        flow.reason = message
-        headers = {"content-type": "application/json"}
-        if status == 503:
-            headers["retry-after"] = "1"
-            if self.stopping:
-                headers["connection"] = "close"
-        if status == 401:
-            headers["www-authenticate"] = 'Bearer realm="lockgate"'
-        speaker = self.speaker(entry, request, flow.upstream_path or flow.path)
-        body = speaker.client_error_body(status, f"lockgate proxy: {message}", param)
-        return web.Response(status=status, body=body, headers=headers)
 
     async def parse(self, body: bytes) -> Mapping[str, Any] | None:
         """The request body as a JSON object (None: not one); `TooComplex` over a bound.

@@ -1,12 +1,13 @@
 """The gating engine's clocks (`engine.GatingStream`): one timer per stream while the engine
 awaits the upstream (`_ReadTimer`: the silence limit, the deadline and, while frames are held,
-the next keep-alive), and the helpers that run a read in a task of its own and settle it."""
+the next keep-alive), and the helpers that run a read in a task of its own and settle it; and
+an exchange's one timer on its writes to the client (`_WriteWatchdog`, `respond.Responder`)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 _EXPIRED = "expired"
@@ -137,3 +138,48 @@ async def _settle(read: asyncio.Future[bytes | None] | None) -> None:
             raise
     except Exception:
         pass
+
+
+class _WriteWatchdog:
+    """One exchange's one timer on its writes to the client: a write that has waited
+    longer than `limit` (the client stopped reading: aiohttp's write waits for the socket
+    to drain, with no limit of its own) aborts the client's connection. Armed at the first
+    write, re-armed only when it fires before what is due; a write costs a clock read."""
+
+    __slots__ = ("_abort", "_handle", "_limit", "_loop", "_since", "_writing", "fired")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limit: float, abort: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._abort = abort
+        self._handle: asyncio.TimerHandle | None = None
+        self._since = 0.0
+        self._writing = False
+        self.fired = False
+
+    def writing(self) -> None:
+        self._since = self._loop.time()
+        self._writing = True
+        if self._handle is None:
+            self._handle = self._loop.call_at(self._since + self._limit, self._fire)
+
+    def written(self) -> None:
+        self._writing = False
+
+    def _fire(self) -> None:
+        self._handle = None
+        if not self._writing:
+            return  # the next write arms it again
+        due = self._since + self._limit
+        if due > self._loop.time():  # a later write began since it was armed
+            self._handle = self._loop.call_at(due, self._fire)
+            return
+        self.fired = True
+        self._abort()  # the waiting write returns; `respond.Responder.write` says why
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
