@@ -168,9 +168,9 @@ async def test_the_proxy_answers_a_websocket_upgrade_itself() -> None:
 async def test_a_proxy_that_passed_the_upgrade_on_would_be_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lockgate.proxy import server as proxy_server
+    from lockgate.proxy import admit
 
-    monkeypatch.setattr(proxy_server, "_upgrades", lambda request: False)
+    monkeypatch.setattr(admit, "_upgrades", lambda request: False)
     result = await run_via_proxy(SCENARIOS_BY_NAME["websocket-upgrade"], "responses")
     assert result.problems == (
         "the WebSocket upgrade was answered 405 through the proxy, not 426",

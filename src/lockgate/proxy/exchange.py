@@ -1,13 +1,13 @@
 """One request, after the proxy admitted it: sent to its route's upstream (and, where the
 route allows, again, or to a fall-back, while nothing of the answer has reached the
-client), and its answer passed, gated or judged back to the client.
+client), and its answer passed, gated or judged back to the client (written by
+`respond.Responder`, its head once). Its body was read and parsed by `admit.py`.
 
-- **A protocol request** (`routes.route`) is read as JSON (bounded in values and depth,
-  parsed off the event loop when large). Its answer: an error status passes with its
-  headers and its body under the error-body cap; a 2xx stream goes through the engine
-  (`GatingStream`); a 2xx whole answer is judged (`judge_whole`). A body that is not a JSON
-  object is sent as it is (the upstream's API owns request validation) and its error passes
-  back; a 2xx answer to it cannot be judged and is refused (502).
+- **A protocol request** (`routes.route`), its body a JSON object. Its answer: an error
+  status passes with its headers and its body under the error-body cap; a 2xx stream goes
+  through the engine (`GatingStream`); a 2xx whole answer is judged (`judge_whole`). A body
+  that is not a JSON object is sent as it is (the upstream's API owns request validation)
+  and its error passes back; a 2xx answer to it cannot be judged and is refused (502).
 - **Anything else** passes unchanged, its answer streamed back as it comes.
 - **Retries** (`RouteRetries`, off unless the route asks): a protocol request whose answer
   was refused for a transient reason (a 408, 409, 429 or 5xx the provider does not call
@@ -36,28 +36,23 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from ..cassette.recorder import CassetteRecorder
 from ..conversation import ToolSpec
-from ..credentials import Redactor
 from ..gateway import Gateway, ProtocolTarget, Refusal
 from ..http import ERROR_BODY_CAP_BYTES, describe
-from ..jsonlimits import TooComplex
 from ..providers.base import Provider
 from ..retry import RetryPolicy, standard_wait
-from .access import Access, quoted
-from .config import ProxySettings, RouteSettings
+from .access import quoted
+from .admit import Body, Shared, declared_tools
 from .engine import (
     MAX_WHOLE_BYTES,
     GatingStream,
-    HeldBudget,
     Refused,
     capped_body,
     forwarded_headers,
@@ -65,10 +60,12 @@ from .engine import (
     judge_whole,
 )
 from .flow import Flow
-from .respond import DONT_RETRY, Responder, close_quietly, failed, reject, unjudged
+from .respond import DONT_RETRY, Responder, close_quietly, failed, unjudged
 from .upstream import (
     ResumableUpstreamBody,
+    RouteRuntime,
     UpstreamBody,
+    UpstreamRuntime,
     client_credentials,
     client_headers,
     decodes,
@@ -79,7 +76,7 @@ from .upstream import (
     upstream_url,
 )
 
-__all__ = ["OFFLOAD_BYTES", "ExchangeHost", "ProxyExchange", "RouteRuntime", "UpstreamRuntime"]
+__all__ = ["OFFLOAD_BYTES", "ProxyExchange", "RouteRuntime", "UpstreamRuntime"]
 
 OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the event loop
 # The retry owner's backoff between attempts (its jitter and growth; the route's `max_wait`
@@ -93,52 +90,6 @@ def _json(body: bytes) -> object:
         return json.loads(body)
     except ValueError:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamRuntime:
-    """One upstream of a route as the proxy sends to it: its URL, the key it holds for it
-    (read at start; None: the client's credentials pass) and its header (None: the
-    protocol's own), the model that replaces the request's (a fall-back), its place in the
-    route (0: the route's own upstream), and what of it is redacted from a client's answer."""
-
-    url: str
-    key: str | None = field(default=None, repr=False)
-    key_header: str | None = None
-    model: str | None = None
-    index: int = 0
-    redactor: Redactor | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class RouteRuntime:
-    """One route as the proxy serves it: its settings, its upstreams in turn (its own, then
-    its fall-backs), the per-request timeout toward them, and what of any of their keys is
-    redacted from a client's answer (a pass-through's body may echo any)."""
-
-    settings: RouteSettings
-    upstreams: tuple[UpstreamRuntime, ...]
-    client_timeout: aiohttp.ClientTimeout
-    client_redactor: Redactor | None = field(default=None, repr=False)
-
-
-class ExchangeHost(Protocol):
-    """What an exchange needs of the proxy that admitted it."""
-
-    settings: ProxySettings
-    session: aiohttp.ClientSession | None
-    recorder: CassetteRecorder | None
-    held: HeldBudget
-    redact: Redactor
-    access: Access
-
-    def speaker(self, entry: Provider | None, request: web.Request, path: str) -> Gateway: ...
-
-    async def parse(self, body: bytes) -> Mapping[str, Any] | None: ...
-
-    def declared_tools(
-        self, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime
-    ) -> tuple[ToolSpec, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,25 +111,28 @@ class ProxyExchange:
 
     def __init__(
         self,
-        server: ExchangeHost,
+        shared: Shared,
         request: web.Request,
         flow: Flow,
         route: RouteRuntime,
         entry: Provider | None,
+        gateway: Gateway | None,
         target: ProtocolTarget | None,
+        speaker: Gateway,
+        body: Body,
     ) -> None:
-        self.server = server
+        self.shared = shared
         self.request = request
         self.flow = flow
         self.route = route
         self.entry = entry
-        self.gateway: Gateway | None = entry.gateway() if entry and entry.gateway else None
+        self.gateway = gateway
         self.target = target
-        self.speaker = server.speaker(entry, request, flow.upstream_path)
+        self.speaker = speaker
         # The client's answer: written there only, its head once (`Responder.commit`).
         self.respond = Responder(request, flow, route.settings.gating.idle_timeout)
-        self.parsed: Mapping[str, Any] | None = None
-        self.body = b""
+        self.parsed = body.parsed
+        self.body = body.raw
         # The refusal of the proxy's own answer (an error it gives), for a stream whose
         # head already went: its frame ends that stream instead (`_refuse_in_stream`).
         self._refusal: Refusal | None = None
@@ -187,33 +141,9 @@ class ProxyExchange:
 
     async def run(self) -> web.StreamResponse:
         try:
-            return await self._run()
+            return await self._attempts()
         finally:
             self.respond.stop()
-
-    async def _run(self) -> web.StreamResponse:
-        server, flow = self.server, self.flow
-        idle = self.route.settings.gating.idle_timeout
-        try:
-            async with asyncio.timeout(idle):
-                self.body = await self.request.read()
-        except TimeoutError:
-            message = f"the request body did not arrive within {idle:g} s"
-            return reject(flow, self.speaker, 408, message)
-        except web.HTTPRequestEntityTooLarge:
-            limit = server.settings.max_request_bytes
-            return reject(flow, self.speaker, 413, f"the request body is larger than {limit} bytes")
-        if self.gateway is not None:
-            try:
-                self.parsed = await server.parse(self.body)
-            except TooComplex as exc:
-                return reject(flow, self.speaker, 413, f"the request body {exc}")
-            if self.parsed is not None:
-                problem = self.gateway.request_problem(self.parsed)
-                if problem is not None:
-                    message, param = problem
-                    return reject(flow, self.speaker, 400, message, param=param)
-        return await self._attempts()
 
     async def _attempts(self) -> web.StreamResponse:
         """Each attempt in turn, while the route allows one more and nothing was seen."""
@@ -245,7 +175,7 @@ class ProxyExchange:
     async def _attempt(
         self, upstream: UpstreamRuntime, can_retry: bool, *, spent: bool
     ) -> web.StreamResponse:
-        server, flow, request = self.server, self.flow, self.request
+        shared, flow, request = self.shared, self.flow, self.request
         response = await self._open(upstream)
         if isinstance(response, _Unanswered):
             if can_retry:
@@ -263,8 +193,8 @@ class ProxyExchange:
             if coding is not None:
                 return self._failed(502, coding, spent=spent)
             status = response.status
-            if server.recorder is not None and self.entry is not None:
-                flow.exchange = server.recorder.exchange(
+            if shared.recorder is not None and self.entry is not None:
+                flow.exchange = shared.recorder.exchange(
                     self.entry.name,
                     upstream.url,
                     request.method,
@@ -291,7 +221,7 @@ class ProxyExchange:
                 )
             assert self.target is not None  # routed: a protocol request has its target
             try:
-                tools = server.declared_tools(self.gateway, self.parsed, self.route)
+                tools = declared_tools(shared, self.gateway, self.parsed, self.route)
             except Exception as exc:  # a request whose tools cannot be read
                 return self._unjudged("internal_error", f"the request's tools ({describe(exc)})")
             self.flow.unusable_tools = sum(
@@ -310,16 +240,16 @@ class ProxyExchange:
     async def _open(self, upstream: UpstreamRuntime) -> aiohttp.ClientResponse | _Unanswered:
         """The request sent to `upstream` (its model in place of the request's, for a
         fall-back that names one)."""
-        request, server = self.request, self.server
+        request, shared = self.request, self.shared
         path, body = self.flow.upstream_path, self.body
         if upstream.model is not None and self.gateway is not None and self.parsed is not None:
             path, rewritten = self.gateway.with_model(path, self.parsed, upstream.model)
             body = json.dumps(rewritten).encode()
         # Per attempt: this upstream's held key replaces the client's credentials (a `key=`
         # in the query too); the client token never goes, whichever upstream this is.
-        query = server.access.upstream_query(request.rel_url, held=upstream.key is not None)
+        query = shared.access.upstream_query(request.rel_url, held=upstream.key is not None)
         url = upstream_url(upstream.url, path, None, query)
-        headers = server.access.without_token(
+        headers = shared.access.without_token(
             upstream_headers(
                 request.headers,
                 request.headers.getall("connection", []),
@@ -328,9 +258,9 @@ class ProxyExchange:
             )
         )
         gating = self.route.settings.gating
-        assert server.session is not None
+        assert shared.session is not None
         try:
-            response = await server.session.request(
+            response = await shared.session.request(
                 request.method,
                 url,
                 headers=headers,
@@ -417,7 +347,7 @@ class ProxyExchange:
         excerpt = ""
         if body:
             excerpt = f": {quoted(body.decode('utf-8', 'replace'), 300)}"
-        reason = self.server.redact(f"the upstream answered HTTP {status}{excerpt}")
+        reason = self.shared.redact(f"the upstream answered HTTP {status}{excerpt}")
         self.flow.outcome = "error"
         self.flow.reason = f"opening: {reason}"
         self._refusal = Refusal("opening", f"lockgate proxy: {reason}", failure.retryable, 0)
@@ -461,9 +391,9 @@ class ProxyExchange:
             body,
             self.route.settings.gating,
             observer=flow.observe,
-            redact=self.server.redact,
+            redact=self.shared.redact,
             started_at=flow.started,
-            budget=self.server.held,
+            budget=self.shared.held,
             tools=tools,
             hold_preamble=can_retry,
         )
@@ -550,7 +480,7 @@ class ProxyExchange:
             options,
             status=flow.status,
             observer=flow.observe,
-            redact=self.server.redact,
+            redact=self.shared.redact,
             tools=tools,
         )
         verdict = await asyncio.to_thread(judge) if len(body) > OFFLOAD_BYTES else judge()
@@ -577,7 +507,7 @@ class ProxyExchange:
         """No answer to pass on (`respond.failed`); its refusal kept for a stream whose head
         already went."""
         answer, self._refusal = failed(
-            self.flow, self.gateway, self.speaker, status, reason, self.server.redact, spent=spent
+            self.flow, self.gateway, self.speaker, status, reason, self.shared.redact, spent=spent
         )
         return answer
 
@@ -590,7 +520,7 @@ class ProxyExchange:
             self.gateway,
             kind,
             reason,
-            self.server.redact,
+            self.shared.redact,
             transient=transient,
             spent=spent,
         )

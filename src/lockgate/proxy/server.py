@@ -1,8 +1,10 @@
 """`lockgate proxy`'s server: the gate on the wire, between any client and its providers.
 
 An aiohttp server. Each request is one `Flow` (`flow.py`), observed by the proxy's hooks
-(the log, the metrics), and, once admitted, one `ProxyExchange` (`exchange.py`) through the
-route that serves its path:
+(the log, the metrics), admitted or refused by `admit.py`, and, once admitted, one
+`ProxyExchange` (`exchange.py`) through the route that serves its path; every answer, the
+proxy's own too, leaves through `respond.py`. The stages get what they need of the process
+in `admit.Shared`, never through the server:
 
 - **Reserved paths**, never forwarded: `GET /healthz` (200 while the process serves),
   `GET /readyz` (200 when the routes are configured and the proxy is not stopping, 503
@@ -12,11 +14,11 @@ route that serves its path:
   path (`routes.plain_path`: `%69` is `i`) serves it, the prefix removed; a path no route
   serves is 404. Each route has its upstream(s), the key it holds for them, how its answers
   are gated and retried.
-- **Admission** (in this order): stopping (503), a path the upstream could route differently
-  (400), the client token (401, `access.py`), a WebSocket upgrade on a gated path (426: it
-  cannot be gated; Codex then falls back to HTTP at once), a protocol request the gate
-  cannot judge (400: Gemini without `alt=sse`), a held key's rules (403: a browser, a
-  rebound `Host`, a path that is no model request), resuming a Responses stream (400: the
+- **Admission** (`admit.py`, in this order): stopping (503), a path the upstream could route
+  differently (400), the client token (401, `access.py`), a WebSocket upgrade on a gated
+  path (426: it cannot be gated; Codex then falls back to HTTP at once), a protocol request
+  the gate cannot judge (400: Gemini without `alt=sse`), a held key's rules (403: a browser,
+  a rebound `Host`, a path that is no model request), resuming a Responses stream (400: the
   request that named its tools was never seen), the limit of requests at once
   (`max_streams`: 503 with `retry-after`).
 - **Bounds**: a request head must arrive within `head_timeout` of the connection or of the
@@ -47,7 +49,7 @@ import errno
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -56,14 +58,15 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from ..cassette.recorder import CassetteRecorder
-from ..conversation import ToolSpec
 from ..credentials import Redactor
-from ..events import CALL_CUSTOM
-from ..gateway import Gateway
 from ..grammar import prepare as prepare_grammars
-from ..jsonlimits import TooComplex, parse_document
-from ..providers.base import Provider
-from .access import TOKEN_HEADER, Access, host_name_problem, quoted
+from . import admit
+from .access import TOKEN_HEADER, Access, host_name_problem
+from .admit import MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES, Shared
+from .admit import MAX_SCHEMA_NOTES as MAX_SCHEMA_NOTES
+from .admit import PARSE_INLINE_BYTES as PARSE_INLINE_BYTES
+from .admit import _request_object as _request_object
+from .admit import _upgrades as _upgrades
 from .config import (
     DEFAULT_HEAD_TIMEOUT,
     DEFAULT_MAX_HELD_BYTES,
@@ -72,12 +75,11 @@ from .config import (
     ConfigError,
     ProxyConfig,
     ProxySettings,
-    RouteSettings,
     upstream_problem,
 )
 from .engine import HeldBudget
 from .environment import config_from_environment, startup_settings
-from .exchange import ProxyExchange, RouteRuntime, UpstreamRuntime
+from .exchange import ProxyExchange
 from .flow import (
     Flow,
     FlowHook,
@@ -88,8 +90,10 @@ from .flow import (
     notify_started,
 )
 from .respond import malformed, reject, reserved
-from .routes import PathProblem, Routed, owner, plain_path, route, ungateable
-from .upstream import open_session, upstream_timeout
+from .routes import PathProblem, plain_path, route
+from .upstream import RouteRuntime as RouteRuntime
+from .upstream import UpstreamRuntime as UpstreamRuntime
+from .upstream import open_session, route_runtime
 
 __all__ = [
     "DEFAULT_HEAD_TIMEOUT",
@@ -113,10 +117,6 @@ __all__ = [
     "upstream_problem",
 ]
 
-MAX_REQUEST_DEPTH = 256  # JSON nesting of a protocol request body
-MAX_REQUEST_VALUES = 1_000_000  # JSON values (keys counted) of a protocol request body
-PARSE_INLINE_BYTES = 256 * 1024  # a request body this large is parsed off the event loop
-MAX_SCHEMA_NOTES = 1000  # the unusable schemas said once each (then no more notes)
 ACCEPT_WARNING_SECONDS = 10.0  # at most one line this often about connections not accepted
 APP_LOAD_ERROR = 4  # gunicorn's exit code for an application that cannot load: it stops
 # The proxy's own paths: never forwarded.
@@ -165,23 +165,6 @@ class RunningProxy:
         await self._runner.cleanup()  # sites, idle connections, then `wind_down`
 
 
-def _route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
-    """A route with its keys read (each added to `secrets`)."""
-    upstreams: list[UpstreamRuntime] = []
-    for index, upstream in enumerate((route.upstream, *route.fallbacks)):
-        key = upstream.key.read() if upstream.key is not None else None
-        if key is not None:
-            secrets.append(key)
-        header = None if upstream.key_header == "auto" else upstream.key_header
-        redactor = Redactor([key]) if key is not None else None
-        upstreams.append(
-            UpstreamRuntime(upstream.url, key, header, upstream.model, index, redactor)
-        )
-    keys = [item.key for item in upstreams if item.key is not None]
-    timeout = upstream_timeout(route.gating.idle_timeout)
-    return RouteRuntime(route, tuple(upstreams), timeout, Redactor(keys) if keys else None)
-
-
 class ProxyServer:
     """The server's state: its settings (secrets read once), the upstream session, the
     hooks, requests in flight; `handle` answers one request."""
@@ -198,7 +181,7 @@ class ProxyServer:
         self.settings = settings
         self.warn = warn or _log.warning
         secrets: list[str] = []
-        self.routes = tuple(_route_runtime(route, secrets) for route in settings.routes)
+        self.routes = tuple(route_runtime(route, secrets) for route in settings.routes)
         token = settings.client_token.read() if settings.client_token is not None else None
         if token is not None:
             secrets.append(token)
@@ -224,8 +207,6 @@ class ProxyServer:
             self.hooks.append(series)
             self.metrics = series.render
             self.held.on_change = series.held_bytes
-        self.session: aiohttp.ClientSession | None = None
-        self.parser: concurrent.futures.ThreadPoolExecutor | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.active = 0
         self.answered = 0
@@ -242,14 +223,36 @@ class ProxyServer:
             if settings.record is not None
             else None
         )
+        # What the stages need of this process (they never reach back into the server).
+        self.shared = Shared(
+            settings,
+            self.routes,
+            self.access,
+            self.held,
+            self.redact,
+            self.recorder,
+            self.warn,
+            self.unusable_schemas,
+        )
+
+    @property
+    def session(self) -> aiohttp.ClientSession | None:
+        """The upstream session, open while the application runs."""
+        return self.shared.session
+
+    @property
+    def parser(self) -> concurrent.futures.ThreadPoolExecutor | None:
+        """The pool that parses large request bodies, open while the application runs."""
+        return self.shared.parser
 
     # --- the application ---------------------------------------------------------------
 
     async def session_context(self, app: web.Application) -> AsyncIterator[None]:
         longest = max(route.settings.gating.idle_timeout for route in self.routes)
-        self.session = open_session(self.settings.max_streams, longest)
+        session = self.shared.session = open_session(self.settings.max_streams, longest)
         # One parse of a large request body at a time: its memory is bounded once.
-        self.parser = concurrent.futures.ThreadPoolExecutor(1, "lockgate-request-parse")
+        parser = concurrent.futures.ThreadPoolExecutor(1, "lockgate-request-parse")
+        self.shared.parser = parser
         loop = asyncio.get_running_loop()
         previous = loop.get_exception_handler()
 
@@ -270,8 +273,8 @@ class ProxyServer:
         finally:
             self.started = False
             loop.set_exception_handler(previous)
-            self.parser.shutdown(wait=False, cancel_futures=True)
-            await self.session.close()
+            parser.shutdown(wait=False, cancel_futures=True)
+            await session.close()
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_request_bytes)
@@ -368,7 +371,8 @@ class ProxyServer:
         if path_problem is None and path in RESERVED_PATHS:
             return self.handle_reserved(request, path)
         query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
-        served = self._route_of(path) if path_problem is None else None
+        shared = self.shared
+        served = admit.route_of(shared, path) if path_problem is None else None
         runtime, forwarded = served if served is not None else (self.routes[0], path)
         routed = route(request.method, forwarded, query) if served is not None else None
         entry = routed.provider if routed is not None else None
@@ -385,19 +389,35 @@ class ProxyServer:
         task = asyncio.current_task()
         counted = False
         try:
-            problem = self._refusal(
-                request, raw_path, path_problem, served, forwarded, query, routed
+            problem = admit.refusal(
+                shared,
+                request,
+                raw_path,
+                path_problem,
+                served,
+                forwarded,
+                query,
+                routed,
+                stopping=self.stopping,
+                active=self.active,
             )
             if problem is not None:
                 status, message = problem
-                speaker = self.speaker(entry, request, flow.upstream_path or flow.path)
+                speaker = admit.speaker(entry, request, flow.upstream_path or flow.path)
                 return reject(flow, speaker, status, message, stopping=self.stopping)
             self.active += 1
             counted = True
             if task is not None:
                 self.tasks.add(task)
             notify_started(self.hooks, flow)
-            exchange = ProxyExchange(self, request, flow, runtime, entry, target)
+            gateway = entry.gateway() if entry and entry.gateway else None
+            speaker = admit.speaker(entry, request, flow.upstream_path)
+            body = await admit.read_body(shared, request, flow, runtime, gateway, speaker)
+            if isinstance(body, web.StreamResponse):
+                return body
+            exchange = ProxyExchange(
+                shared, request, flow, runtime, entry, gateway, target, speaker, body
+            )
             return await exchange.run()
         except asyncio.CancelledError:
             if self.cutting:
@@ -414,62 +434,6 @@ class ProxyServer:
             self.answered += 1
             flow.ended = loop.time()
             notify_done(self.hooks, flow)
-
-    def _route_of(self, path: str) -> tuple[RouteRuntime, str] | None:
-        """The route that serves `path` (`ProxySettings.route`) and the path it forwards."""
-        found = self.settings.route(path)
-        if found is None:
-            return None
-        settings, stripped = found
-        return next(runtime for runtime in self.routes if runtime.settings is settings), stripped
-
-    def _refusal(
-        self,
-        request: web.Request,
-        raw_path: str,
-        path_problem: str | None,
-        served: tuple[RouteRuntime, str] | None,
-        forwarded: str,
-        query: Mapping[str, str],
-        routed: Routed | None,
-    ) -> tuple[int, str] | None:
-        """Why the proxy answers a request itself (the status and the message), or None."""
-        if self.stopping:
-            return 503, "the proxy is stopping"
-        if path_problem is not None:
-            return 400, (
-                f"the request path {quoted(raw_path)} could be routed differently upstream "
-                f"({path_problem}); send its plain form"
-            )
-        as_key = None if served is None else all(item.key for item in served[0].upstreams)
-        if not self.access.authorized(request.headers, query, as_key=as_key):
-            return 401, "the lockgate client token is missing or wrong"
-        if served is None:
-            prefixes = ", ".join(route.settings.prefix for route in self.routes)
-            return 404, f"no route of this proxy serves {quoted(request.rel_url.path)} ({prefixes})"
-        if _upgrades(request) and route("POST", forwarded, query) is not None:
-            # Codex tries a WebSocket at its base URL first, and falls back to HTTP at
-            # once on 426; a WebSocket is never passed on ungated.
-            return 426, "a WebSocket on a gated path cannot be gated; send the request over HTTP"
-        if routed is not None and routed.target.problem is not None:
-            return 400, routed.target.problem
-        runtime = served[0]
-        if any(upstream.key for upstream in runtime.upstreams):
-            problem = self.access.held_key_problem(
-                request.headers, request.headers.getall("host", []), request.method, forwarded
-            )
-            if problem is not None:
-                return 403, problem
-        if routed is None:
-            values = request.rel_url.query
-            reason = ungateable(
-                request.method, forwarded, {name: values.getall(name) for name in values}
-            )
-            if reason is not None:
-                return 400, reason
-        if self.active >= self.settings.max_streams:
-            return 503, f"the proxy is at its limit of {self.settings.max_streams} requests"
-        return None
 
     def handle_reserved(self, request: web.Request, path: str) -> web.Response:
         """The proxy's own paths: health, readiness, metrics (never forwarded)."""
@@ -500,49 +464,6 @@ class ProxyServer:
         self.answered += 1
         notify_done(self.hooks, flow)
         return response
-
-    # --- what an exchange needs (`exchange.ExchangeHost`) ---------------------------------
-
-    def speaker(self, entry: Provider | None, request: web.Request, path: str) -> Gateway:
-        """The protocol a request speaks: its own when it is a protocol request, else the
-        one that claims it (`routes.owner`: Anthropic's and Gemini's SDKs send headers of
-        their own), for the form of a held key and of the proxy's own errors."""
-        if entry is not None and entry.gateway is not None:
-            return entry.gateway()
-        query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
-        return owner(path, request.headers, query)
-
-    async def parse(self, body: bytes) -> Mapping[str, Any] | None:
-        """The request body as a JSON object (None: not one); `TooComplex` over a bound.
-        A large body is parsed off the event loop, one at a time."""
-        if len(body) <= PARSE_INLINE_BYTES or self.parser is None:
-            return _request_object(body)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.parser, _request_object, body)
-
-    def declared_tools(
-        self, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime
-    ) -> tuple[ToolSpec, ...]:
-        """The tools a request declares; a schema the gate cannot use is said once per tool
-        and problem (its calls are then checked as a JSON object only)."""
-        validate = route.settings.gating.validate_schemas
-        tools = gateway.tools(request, validate_schemas=validate)
-        for tool in tools:
-            problem = getattr(tool, "schema_problem", None)
-            if problem is None or (tool.name, problem) in self.unusable_schemas:
-                continue
-            if len(self.unusable_schemas) < MAX_SCHEMA_NOTES:
-                self.unusable_schemas.add((tool.name, problem))
-                self.warn(
-                    f"lockgate proxy: the input format of custom tool {quoted(tool.name, 80)} "
-                    f"is not one the gate can check with ({problem}); its input is accepted "
-                    "as any text"
-                    if tool.form == CALL_CUSTOM
-                    else f"lockgate proxy: the schema of tool {quoted(tool.name, 80)} is not "
-                    f"one the gate can validate with ({problem}); its calls are checked as a "
-                    "JSON object only"
-                )
-        return tools
 
 
 # --- aiohttp's server, with the proxy's answer to a request it cannot parse ------------------
@@ -607,27 +528,6 @@ class ProxyRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         return _ProxyHTTPServer(self.proxy, await super()._make_server())
-
-
-def _upgrades(request: web.Request) -> bool:
-    """Whether a request asks to switch to a WebSocket."""
-    return any(
-        part.strip().lower() == "websocket"
-        for value in request.headers.getall("upgrade", [])
-        for part in value.split(",")
-    )
-
-
-def _request_object(body: bytes) -> Mapping[str, Any] | None:
-    """The request body as a JSON object, or None (not UTF-8, not JSON, not an object);
-    `TooComplex` for one over the bounds (`MAX_REQUEST_VALUES`, `MAX_REQUEST_DEPTH`)."""
-    try:
-        value = parse_document(body, MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES)
-    except TooComplex:
-        raise
-    except (ValueError, RecursionError):
-        return None
-    return value if type(value) is dict else None
 
 
 # --- running it ------------------------------------------------------------------------------

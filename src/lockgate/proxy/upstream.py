@@ -10,12 +10,14 @@ packages, so only those are asked for). Silence is bounded on connecting and on 
 by the gate's idle timeout (plus a margin: the engine decides first); a gated stream read by
 the engine (`ResumableUpstreamBody`) drops aiohttp's per-read timer once its head arrived,
 the engine's one timer per stream bounding its silence instead (aiohttp re-arms a timer on
-every read).
+every read). A route as the proxy serves it (`RouteRuntime`: its upstreams in turn, their keys
+read once) is built here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import aiohttp
 from multidict import CIMultiDict, MultiMapping
@@ -26,19 +28,23 @@ from ..credentials import Redactor
 from ..gateway import HOP_BY_HOP
 from ..http import describe
 from .access import KEY_HEADERS, TOKEN_HEADER, quoted
+from .config import RouteSettings
 from .engine import forwarded_headers
 
 __all__ = [
     "CREDENTIALS",
     "READ_MARGIN_SECONDS",
     "ResumableUpstreamBody",
+    "RouteRuntime",
     "UpstreamBody",
+    "UpstreamRuntime",
     "client_credentials",
     "client_headers",
     "decodes",
     "failure_before_answer",
     "finish",
     "open_session",
+    "route_runtime",
     "transfer_coding_problem",
     "upstream_headers",
     "upstream_timeout",
@@ -260,3 +266,47 @@ class ResumableUpstreamBody(UpstreamBody):
             released = redacting.feed(chunk)
             if released:
                 return released
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRuntime:
+    """One upstream of a route as the proxy sends to it: its URL, the key it holds for it
+    (read at start; None: the client's credentials pass) and its header (None: the
+    protocol's own), the model that replaces the request's (a fall-back), its place in the
+    route (0: the route's own upstream), and what of it is redacted from a client's answer."""
+
+    url: str
+    key: str | None = field(default=None, repr=False)
+    key_header: str | None = None
+    model: str | None = None
+    index: int = 0
+    redactor: Redactor | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRuntime:
+    """One route as the proxy serves it: its settings, its upstreams in turn (its own, then
+    its fall-backs), the per-request timeout toward them, and what of any of their keys is
+    redacted from a client's answer (a pass-through's body may echo any)."""
+
+    settings: RouteSettings
+    upstreams: tuple[UpstreamRuntime, ...]
+    client_timeout: aiohttp.ClientTimeout
+    client_redactor: Redactor | None = field(default=None, repr=False)
+
+
+def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
+    """A route with its keys read (each added to `secrets`)."""
+    upstreams: list[UpstreamRuntime] = []
+    for index, upstream in enumerate((route.upstream, *route.fallbacks)):
+        key = upstream.key.read() if upstream.key is not None else None
+        if key is not None:
+            secrets.append(key)
+        header = None if upstream.key_header == "auto" else upstream.key_header
+        redactor = Redactor([key]) if key is not None else None
+        upstreams.append(
+            UpstreamRuntime(upstream.url, key, header, upstream.model, index, redactor)
+        )
+    keys = [item.key for item in upstreams if item.key is not None]
+    timeout = upstream_timeout(route.gating.idle_timeout)
+    return RouteRuntime(route, tuple(upstreams), timeout, Redactor(keys) if keys else None)

@@ -1,0 +1,258 @@
+"""The proxy's first stage: whether a request is let in, and what of it goes forward.
+
+In this order: stopping (503), a path the upstream could route differently (400), the client
+token (401, `access.py`), a path no route serves (404), a WebSocket upgrade on a gated path
+(426: it cannot be gated; Codex then falls back to HTTP at once), a protocol request the gate
+cannot judge (400: Gemini without `alt=sse`), a held key's rules (403: a browser, a rebound
+`Host`, a path that is no model request), resuming a Responses stream (400: the request that
+named its tools was never seen), the limit of requests at once (`max_streams`: 503). Then the
+body: it must arrive within the route's silence limit (408) and within `max_request_bytes`
+(413); a protocol request's JSON is bounded (`MAX_REQUEST_VALUES`, `MAX_REQUEST_DEPTH`: 413),
+parsed off the event loop when large, and its protocol's own problems answered (400,
+`Gateway.request_problem`). The tools a request declares are read here too (once an answer
+is to be judged), a schema the gate cannot use said once per tool and problem.
+
+A stage never reaches back into the server: what it needs of the process comes in `Shared`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from ..cassette.recorder import CassetteRecorder
+from ..conversation import ToolSpec
+from ..credentials import Redactor
+from ..events import CALL_CUSTOM
+from ..gateway import Gateway
+from ..jsonlimits import TooComplex, parse_document
+from ..providers.base import Provider
+from .access import Access, quoted
+from .config import ProxySettings
+from .engine import HeldBudget
+from .flow import Flow
+from .respond import reject
+from .routes import Routed, owner, route, ungateable
+from .upstream import RouteRuntime
+
+__all__ = [
+    "MAX_REQUEST_DEPTH",
+    "MAX_REQUEST_VALUES",
+    "MAX_SCHEMA_NOTES",
+    "PARSE_INLINE_BYTES",
+    "Body",
+    "Shared",
+    "declared_tools",
+    "parse",
+    "read_body",
+    "refusal",
+    "route_of",
+    "speaker",
+]
+
+MAX_REQUEST_DEPTH = 256  # JSON nesting of a protocol request body
+MAX_REQUEST_VALUES = 1_000_000  # JSON values (keys counted) of a protocol request body
+PARSE_INLINE_BYTES = 256 * 1024  # a request body this large is parsed off the event loop
+MAX_SCHEMA_NOTES = 1000  # the unusable schemas said once each (then no more notes)
+
+
+@dataclass(slots=True)
+class Shared:
+    """What the stages need of the process, handed in (never reached through the server):
+    the settings and routes (secrets read once), who may use it, the held budget, the
+    redactor, the recorder, the line writer, the schemas already said; the upstream session
+    and the parse pool, open while the application runs."""
+
+    settings: ProxySettings
+    routes: tuple[RouteRuntime, ...]
+    access: Access
+    held: HeldBudget
+    redact: Redactor = field(repr=False)
+    recorder: CassetteRecorder | None
+    warn: Callable[[str], None]
+    unusable_schemas: set[tuple[str, str]] = field(default_factory=set)  # (tool, problem)
+    session: aiohttp.ClientSession | None = None
+    parser: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A request's body as admitted: its bytes, and its JSON object (None: not a protocol
+    request, or not a JSON object: sent as it is)."""
+
+    raw: bytes
+    parsed: Mapping[str, Any] | None
+
+
+# --- the request's head --------------------------------------------------------------------
+
+
+def route_of(shared: Shared, path: str) -> tuple[RouteRuntime, str] | None:
+    """The route that serves `path` (`ProxySettings.route`) and the path it forwards."""
+    found = shared.settings.route(path)
+    if found is None:
+        return None
+    settings, stripped = found
+    return next(runtime for runtime in shared.routes if runtime.settings is settings), stripped
+
+
+def speaker(entry: Provider | None, request: web.Request, path: str) -> Gateway:
+    """The protocol a request speaks: its own when it is a protocol request, else the one
+    that claims it (`routes.owner`: Anthropic's and Gemini's SDKs send headers of their
+    own), for the form of a held key and of the proxy's own errors."""
+    if entry is not None and entry.gateway is not None:
+        return entry.gateway()
+    query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
+    return owner(path, request.headers, query)
+
+
+def refusal(
+    shared: Shared,
+    request: web.Request,
+    raw_path: str,
+    path_problem: str | None,
+    served: tuple[RouteRuntime, str] | None,
+    forwarded: str,
+    query: Mapping[str, str],
+    routed: Routed | None,
+    *,
+    stopping: bool,
+    active: int,
+) -> tuple[int, str] | None:
+    """Why the proxy answers a request itself (the status and the message), or None."""
+    if stopping:
+        return 503, "the proxy is stopping"
+    if path_problem is not None:
+        return 400, (
+            f"the request path {quoted(raw_path)} could be routed differently upstream "
+            f"({path_problem}); send its plain form"
+        )
+    as_key = None if served is None else all(item.key for item in served[0].upstreams)
+    if not shared.access.authorized(request.headers, query, as_key=as_key):
+        return 401, "the lockgate client token is missing or wrong"
+    if served is None:
+        prefixes = ", ".join(route.settings.prefix for route in shared.routes)
+        return 404, f"no route of this proxy serves {quoted(request.rel_url.path)} ({prefixes})"
+    if _upgrades(request) and route("POST", forwarded, query) is not None:
+        # Codex tries a WebSocket at its base URL first, and falls back to HTTP at
+        # once on 426; a WebSocket is never passed on ungated.
+        return 426, "a WebSocket on a gated path cannot be gated; send the request over HTTP"
+    if routed is not None and routed.target.problem is not None:
+        return 400, routed.target.problem
+    runtime = served[0]
+    if any(upstream.key for upstream in runtime.upstreams):
+        problem = shared.access.held_key_problem(
+            request.headers, request.headers.getall("host", []), request.method, forwarded
+        )
+        if problem is not None:
+            return 403, problem
+    if routed is None:
+        values = request.rel_url.query
+        reason = ungateable(
+            request.method, forwarded, {name: values.getall(name) for name in values}
+        )
+        if reason is not None:
+            return 400, reason
+    if active >= shared.settings.max_streams:
+        return 503, f"the proxy is at its limit of {shared.settings.max_streams} requests"
+    return None
+
+
+def _upgrades(request: web.Request) -> bool:
+    """Whether a request asks to switch to a WebSocket."""
+    return any(
+        part.strip().lower() == "websocket"
+        for value in request.headers.getall("upgrade", [])
+        for part in value.split(",")
+    )
+
+
+# --- the request's body --------------------------------------------------------------------
+
+
+async def read_body(
+    shared: Shared,
+    request: web.Request,
+    flow: Flow,
+    route: RouteRuntime,
+    gateway: Gateway | None,
+    speaker: Gateway,
+) -> Body | web.Response:
+    """The body, read within the route's silence limit and `max_request_bytes`; a protocol
+    request's parsed under the JSON bounds and checked by its protocol. A body the proxy
+    refuses: its answer (`respond.reject`)."""
+    idle = route.settings.gating.idle_timeout
+    try:
+        async with asyncio.timeout(idle):
+            raw = await request.read()
+    except TimeoutError:
+        message = f"the request body did not arrive within {idle:g} s"
+        return reject(flow, speaker, 408, message)
+    except web.HTTPRequestEntityTooLarge:
+        limit = shared.settings.max_request_bytes
+        return reject(flow, speaker, 413, f"the request body is larger than {limit} bytes")
+    parsed: Mapping[str, Any] | None = None
+    if gateway is not None:
+        try:
+            parsed = await parse(shared, raw)
+        except TooComplex as exc:
+            return reject(flow, speaker, 413, f"the request body {exc}")
+        if parsed is not None:
+            problem = gateway.request_problem(parsed)
+            if problem is not None:
+                message, param = problem
+                return reject(flow, speaker, 400, message, param=param)
+    return Body(raw, parsed)
+
+
+async def parse(shared: Shared, body: bytes) -> Mapping[str, Any] | None:
+    """The request body as a JSON object (None: not one); `TooComplex` over a bound. A large
+    body is parsed off the event loop, one at a time."""
+    if len(body) <= PARSE_INLINE_BYTES or shared.parser is None:
+        return _request_object(body)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(shared.parser, _request_object, body)
+
+
+def _request_object(body: bytes) -> Mapping[str, Any] | None:
+    """The request body as a JSON object, or None (not UTF-8, not JSON, not an object);
+    `TooComplex` for one over the bounds (`MAX_REQUEST_VALUES`, `MAX_REQUEST_DEPTH`)."""
+    try:
+        value = parse_document(body, MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES)
+    except TooComplex:
+        raise
+    except (ValueError, RecursionError):
+        return None
+    return value if type(value) is dict else None
+
+
+def declared_tools(
+    shared: Shared, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime
+) -> tuple[ToolSpec, ...]:
+    """The tools a request declares; a schema the gate cannot use is said once per tool and
+    problem (its calls are then checked as a JSON object only)."""
+    validate = route.settings.gating.validate_schemas
+    tools = gateway.tools(request, validate_schemas=validate)
+    notes = shared.unusable_schemas
+    for tool in tools:
+        problem = getattr(tool, "schema_problem", None)
+        if problem is None or (tool.name, problem) in notes:
+            continue
+        if len(notes) < MAX_SCHEMA_NOTES:
+            notes.add((tool.name, problem))
+            shared.warn(
+                f"lockgate proxy: the input format of custom tool {quoted(tool.name, 80)} "
+                f"is not one the gate can check with ({problem}); its input is accepted "
+                "as any text"
+                if tool.form == CALL_CUSTOM
+                else f"lockgate proxy: the schema of tool {quoted(tool.name, 80)} is not "
+                f"one the gate can validate with ({problem}); its calls are checked as a "
+                "JSON object only"
+            )
+    return tools
