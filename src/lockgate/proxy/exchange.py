@@ -36,8 +36,9 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -106,36 +107,34 @@ class _Retry(Exception):
         self.wait = wait
 
 
+@dataclass(eq=False, slots=True)
 class ProxyExchange:
-    """One admitted request through its route (see the module docstring)."""
+    """One admitted request through its route (see the module docstring): the one object
+    passed forward. Admission fills in the request's side (its route, protocol, speaker and
+    body, `admit.py`); the attempts, its answer; `respond` writes to the client."""
 
-    def __init__(
-        self,
-        shared: Shared,
-        request: web.Request,
-        flow: Flow,
-        route: RouteRuntime,
-        entry: Provider | None,
-        gateway: Gateway | None,
-        target: ProtocolTarget | None,
-        speaker: Gateway,
-        body: Body,
-    ) -> None:
-        self.shared = shared
-        self.request = request
-        self.flow = flow
-        self.route = route
-        self.entry = entry
-        self.gateway = gateway
-        self.target = target
-        self.speaker = speaker
-        # The client's answer: written there only, its head once (`Responder.commit`).
-        self.respond = Responder(request, flow, route.settings.gating.idle_timeout)
-        self.parsed = body.parsed
-        self.body = body.raw
-        # The refusal of the proxy's own answer (an error it gives), for a stream whose
-        # head already went: its frame ends that stream instead (`_refuse_in_stream`).
-        self._refusal: Refusal | None = None
+    shared: Shared  # what the process lends every stage
+    request: web.Request
+    flow: Flow  # the record observers read
+    route: RouteRuntime
+    entry: Provider | None  # the protocol's provider (None: passed through)
+    gateway: Gateway | None
+    target: ProtocolTarget | None
+    speaker: Gateway  # whose error shape the proxy's own answers take
+    body: Body  # as admitted: its bytes and its JSON object
+    # The client's answer: written there only, its head once (`Responder.commit`).
+    respond: Responder = field(init=False)
+    # The refusal of the proxy's own answer (an error it gives), for a stream whose head
+    # already went: its frame ends that stream instead (`_refuse_in_stream`).
+    _refusal: Refusal | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.respond = Responder(self.request, self.flow, self.route.settings.gating.idle_timeout)
+
+    @property
+    def parsed(self) -> Mapping[str, Any] | None:
+        """The request body's JSON object (None: not a protocol request, or not an object)."""
+        return self.body.parsed
 
     # --- the request -----------------------------------------------------------------------
 
@@ -241,7 +240,7 @@ class ProxyExchange:
         """The request sent to `upstream` (its model in place of the request's, for a
         fall-back that names one)."""
         request, shared = self.request, self.shared
-        path, body = self.flow.upstream_path, self.body
+        path, body = self.flow.upstream_path, self.body.raw
         if upstream.model is not None and self.gateway is not None and self.parsed is not None:
             path, rewritten = self.gateway.with_model(path, self.parsed, upstream.model)
             body = json.dumps(rewritten).encode()
