@@ -165,6 +165,85 @@ class RunningProxy:
         await self._runner.cleanup()  # sites, idle connections, then `wind_down`
 
 
+def _process(
+    settings: ProxySettings,
+    warn: Callable[[str], None],
+    log: Callable[[ProxyRecord], None] | None,
+    hooks: Sequence[FlowHook],
+) -> tuple[Shared, tuple[str, ...], list[FlowHook], Callable[[], tuple[bytes, str]] | None]:
+    """One process's state, secrets read once: what the stages share, the secrets, the
+    hooks that see every flow (the log first, the metrics last) and `GET /metrics`' page."""
+    secrets: list[str] = []
+    routes = tuple(route_runtime(route, secrets) for route in settings.routes)
+    token = settings.client_token.read() if settings.client_token is not None else None
+    if token is not None:
+        secrets.append(token)
+    redact = Redactor(secrets)
+    access = Access(
+        token=token,
+        holds_key=any(upstream.key for route in routes for upstream in route.upstreams),
+        allow_hosts=settings.allow_hosts,
+        key_on_any_path=settings.key_on_any_path,
+    )
+    held = HeldBudget(settings.max_held_bytes)
+    prepare_grammars()  # llguidance loaded now, not on the loop at the first grammar
+    seen: list[FlowHook] = list(hooks)
+    if log is not None:
+        seen.insert(0, LogHook(log, redact))
+    metrics: Callable[[], tuple[bytes, str]] | None = None
+    if settings.metrics:
+        from .metrics import ProxyMetrics
+
+        series = ProxyMetrics()
+        seen.append(series)
+        metrics = series.render
+        held.on_change = series.held_bytes
+    recorder = (
+        CassetteRecorder(settings.record, secrets=[*secrets, *settings.redact])
+        if settings.record is not None
+        else None
+    )
+    shared = Shared(settings, routes, access, held, redact, recorder, warn)
+    return shared, tuple(secrets), seen, metrics
+
+
+class _AcceptWatch:
+    """The listening socket's failures to accept (at the file-descriptor limit; asyncio
+    tries again every second): one line says so, at most every 10 s, and one when accepting
+    resumes."""
+
+    __slots__ = ("_failing", "_failures", "_warn", "_warned_at")
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self._failing = False
+        self._failures = 0  # since the last line said so
+        self._warned_at: float | None = None
+
+    def failed(self, exc: OSError, now: float) -> None:
+        self._failing = True
+        self._failures += 1
+        if self._warned_at is not None and now - self._warned_at < ACCEPT_WARNING_SECONDS:
+            return
+        self._warned_at = now
+        name = errno.errorcode.get(exc.errno or 0, "error")
+        again = self._failures - 1
+        since = f"; {again} more since the last line" if again else ""
+        self._failures = 0
+        self._warn(
+            f"lockgate proxy: cannot accept new connections: {exc.strerror or name} ({name}); "
+            f"they wait and are accepted as descriptors free up{since}"
+        )
+
+    def accepted(self) -> None:
+        """A connection was accepted: after failures, one line says accepting resumed."""
+        if self._failing:
+            self._failing = False
+            self._failures = 0
+            self._warned_at = None
+            self._warn("lockgate proxy: accepting connections again")
+
+
 class ProxyServer:
     """The server's state: its settings (secrets read once), the upstream session, the
     hooks, requests in flight; `handle` answers one request."""
@@ -180,33 +259,16 @@ class ProxyServer:
             settings = settings.settings()
         self.settings = settings
         self.warn = warn or _log.warning
-        secrets: list[str] = []
-        self.routes = tuple(route_runtime(route, secrets) for route in settings.routes)
-        token = settings.client_token.read() if settings.client_token is not None else None
-        if token is not None:
-            secrets.append(token)
-        self.secrets = tuple(secrets)
-        self.redact = Redactor(secrets)
-        self.access = Access(
-            token=token,
-            holds_key=any(upstream.key for route in self.routes for upstream in route.upstreams),
-            allow_hosts=settings.allow_hosts,
-            key_on_any_path=settings.key_on_any_path,
-        )
-        self.held = HeldBudget(settings.max_held_bytes)  # shared by every gated stream
-        self.unusable_schemas: set[tuple[str, str]] = set()  # (tool, problem) said once
-        prepare_grammars()  # llguidance loaded now, not on the loop at the first grammar
-        self.hooks: list[FlowHook] = list(hooks)
-        if log is not None:
-            self.hooks.insert(0, LogHook(log, self.redact))
-        self.metrics: Callable[[], tuple[bytes, str]] | None = None  # `GET /metrics`
-        if settings.metrics:
-            from .metrics import ProxyMetrics
-
-            series = ProxyMetrics()
-            self.hooks.append(series)
-            self.metrics = series.render
-            self.held.on_change = series.held_bytes
+        # What the stages need of this process (they never reach back into the server).
+        shared, self.secrets, self.hooks, self.metrics = _process(settings, self.warn, log, hooks)
+        self.shared = shared
+        self.routes = shared.routes
+        self.redact = shared.redact
+        self.access = shared.access
+        self.held = shared.held  # shared by every gated stream
+        self.unusable_schemas = shared.unusable_schemas  # (tool, problem) said once
+        self.recorder = shared.recorder
+        self.accepts = _AcceptWatch(self.warn)
         self.tasks: set[asyncio.Task[Any]] = set()
         self.active = 0
         self.answered = 0
@@ -215,25 +277,6 @@ class ProxyServer:
         self.drain_until: float | None = None  # when the drain's grace ends (loop time)
         self.cutting = False
         self.grace = settings.grace_seconds
-        self.accept_failing = False
-        self.accept_failures = 0  # since the last line said so
-        self.accept_warned_at: float | None = None
-        self.recorder = (
-            CassetteRecorder(settings.record, secrets=[*secrets, *settings.redact])
-            if settings.record is not None
-            else None
-        )
-        # What the stages need of this process (they never reach back into the server).
-        self.shared = Shared(
-            settings,
-            self.routes,
-            self.access,
-            self.held,
-            self.redact,
-            self.recorder,
-            self.warn,
-            self.unusable_schemas,
-        )
 
     @property
     def session(self) -> aiohttp.ClientSession | None:
@@ -260,7 +303,7 @@ class ProxyServer:
             exc = context.get("exception")
             accepting = context.get("message") == "socket.accept() out of system resource"
             if accepting and isinstance(exc, OSError):  # asyncio tries again in 1 s
-                self.accept_failed(exc, loop.time())
+                self.accepts.failed(exc, loop.time())
             elif previous is not None:
                 previous(loop, context)
             else:
@@ -326,33 +369,6 @@ class ProxyServer:
             for task in self.tasks:
                 task.cancel()
             await asyncio.wait(set(self.tasks), timeout=5)
-
-    def accept_failed(self, exc: OSError, now: float) -> None:
-        """The listening socket could not accept (at the file-descriptor limit): asyncio
-        tries again every second. One line says so, at most every 10 s."""
-        self.accept_failing = True
-        self.accept_failures += 1
-        if self.accept_warned_at is not None and now - self.accept_warned_at < (
-            ACCEPT_WARNING_SECONDS
-        ):
-            return
-        self.accept_warned_at = now
-        name = errno.errorcode.get(exc.errno or 0, "error")
-        again = self.accept_failures - 1
-        since = f"; {again} more since the last line" if again else ""
-        self.accept_failures = 0
-        self.warn(
-            f"lockgate proxy: cannot accept new connections: {exc.strerror or name} ({name}); "
-            f"they wait and are accepted as descriptors free up{since}"
-        )
-
-    def accepted(self) -> None:
-        """A connection was accepted: after failures, one line says accepting resumed."""
-        if self.accept_failing:
-            self.accept_failing = False
-            self.accept_failures = 0
-            self.accept_warned_at = None
-            self.warn("lockgate proxy: accepting connections again")
 
     @property
     def ready(self) -> bool:
@@ -504,7 +520,7 @@ class _ProxyHTTPServer(web.Server):
         self._lockgate = proxy
 
     def __call__(self) -> RequestHandler:
-        self._lockgate.accepted()
+        self._lockgate.accepts.accepted()
         return _ProxyRequestHandler(
             self, proxy=self._lockgate, loop=asyncio.get_running_loop(), **self._kwargs
         )
