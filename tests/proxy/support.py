@@ -258,8 +258,9 @@ def as_released(
     """The events (`without_keepalives`) a client reads of an accepted upstream stream: the
     upstream's, with the calls in Chat's canonical form (docs/wire/chat.md §5), written here
     apart from the decoder: a call's id or name stated again, identical, on a later fragment
-    is left out, and a whole call without an index is given its position as its index (and
-    the type `function` where it states none)."""
+    is left out, a whole call without an index is given its position as its index (and the
+    type `function` where it states none), and arguments sent as a JSON value go out as its
+    compact text."""
     if provider != "chat":
         return events
     calls: list[dict[str, object]] = []  # the id and name each call stated, by position
@@ -280,6 +281,10 @@ def as_released(
                     calls.append({})
                 stated = calls[index]
                 function = fragment.get("function") or {}
+                if isinstance(function.get("arguments"), dict | list):  # a value: its text
+                    function["arguments"] = json.dumps(
+                        function["arguments"], ensure_ascii=False, separators=(",", ":")
+                    )
                 for holder, key in ((fragment, "id"), (function, "name")):
                     given = holder.get(key)
                     if given and stated.get(key) == given:

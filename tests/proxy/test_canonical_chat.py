@@ -223,3 +223,38 @@ def test_index_less_whole_calls_go_out_with_their_position(absent: str) -> None:
         ("go", "call_1", '{"x":1}'),
         ("gogo", "call_2", "{}"),
     ]
+
+
+def _arguments_texts(data: bytes) -> list[object]:
+    """Every `function.arguments` the client's tool-call fragments carry, as sent."""
+    found: list[object] = []
+    for frame in tool_events(data):
+        for choice in json.loads(frame)["choices"]:
+            for fragment in (choice.get("delta") or {}).get("tool_calls") or ():
+                function = fragment.get("function") or {}
+                if "arguments" in function:
+                    found.append(function["arguments"])
+    return found
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["continuation", "whole call"])
+def test_arguments_sent_as_an_object_go_out_as_their_text(whole: bool) -> None:
+    # llama.cpp and MiniMax send the arguments as a JSON value. The AI SDK's chunk schema
+    # wants a string: it skips such a chunk and runs the call built from the rest, and
+    # openai-node appends "[object Object]"; clients must read the text the gate judged.
+    value = {"x": 1}
+    if whole:
+        opening = _opening()
+        opening["function"]["arguments"] = value
+        body = _body([opening])
+    else:
+        body = _body([_opening()], [{"index": 0, "function": {"arguments": value}}])
+    gated = run(gate_stream("chat", REQUEST, Chunks(body), options()))
+    assert isinstance(gated.outcome, Accepted), gated.outcome
+    [call] = gated.outcome.decision.message.tool_calls
+    assert (call.name, call.arguments) == ("go", value)
+    texts = _arguments_texts(gated.output)
+    assert texts, "no arguments went out"
+    assert all(isinstance(text, str) for text in texts), texts
+    assert "".join(cast(list[str], texts)) == '{"x":1}'
+    assert _openai_python(gated.output) == [("go", "call_1", '{"x":1}')]

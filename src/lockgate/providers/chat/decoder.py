@@ -312,7 +312,14 @@ class ChatDecoder:
         if arguments is None or type(arguments) is str:
             text = arguments or ""
         elif type(arguments) is dict or type(arguments) is list:
+            # llama.cpp, MiniMax: the arguments as a JSON value, not its text. The decoder
+            # reads its compact text; clients read that text too (the AI SDK skips a chunk
+            # whose arguments are not a string and runs the call built from the rest,
+            # openai-node appends "[object Object]"): docs/wire/chat.md §5.
             text = compact_json(arguments)
+            assert type(function) is dict  # arguments come only from a function object
+            function["arguments"] = text
+            self._rewrite = True
         else:
             raise malformed("tool-call arguments must be a string, an object or null")
         call = None
