@@ -209,6 +209,19 @@ def test_a_check_that_takes_too_long_refuses_the_input(monkeypatch: pytest.Monke
     assert problem("lark", EXEC_GRAMMAR, "ls") is None  # within one piece: checked whole
 
 
+def test_an_ambiguous_grammar_is_not_checked_past_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A grammar a client may declare whose Earley rows grow with the input: one piece of
+    # 400 bytes took 8.7 s, then hit llguidance's row bound and read as "does not match".
+    # Fed in small pieces, the time bound is looked at often enough, and a refusal for a
+    # bound says it could not be checked: a valid sentence is never called invalid.
+    monkeypatch.setattr(grammar_module, "MAX_CHECK_SECONDS", 0.2)
+    answer = problem("lark", 'start: x\nx: "a" | x x | x x x', "a" * 400)
+    assert answer is not None
+    assert answer.startswith("could not be checked against its lark grammar"), answer
+
+
 def test_the_kept_grammars_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(grammar_module, "_kept", {})
     for number in range(grammar_module._KEPT + 10):
