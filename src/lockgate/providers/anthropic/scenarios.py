@@ -286,11 +286,16 @@ def _message_delta_first_turns() -> list[Turn]:
     return [builder.turn()]
 
 
-def _empty_input_turns() -> list[Turn]:
-    builder = MessageBuilder("msg_empty_input").start()
-    block = {"type": "tool_use", "id": "call_1", "name": "discover", "input": {}}
+def _empty_delta_tool_use(
+    message_id: str, name: str, start_input: dict[str, object], *, ping: bool = False
+) -> MessageBuilder:
+    """A message whose one `tool_use` starts with `start_input`, then gets one empty
+    `input_json_delta`, then stops."""
+    builder = MessageBuilder(message_id).start()
+    block = {"type": "tool_use", "id": "call_1", "name": name, "input": start_input}
     builder.emit({"type": "content_block_start", "index": 0, "content_block": block})
-    builder.ping()
+    if ping:
+        builder.ping()
     builder.emit(
         {
             "type": "content_block_delta",
@@ -301,6 +306,11 @@ def _empty_input_turns() -> list[Turn]:
     builder.emit({"type": "content_block_stop", "index": 0})
     builder.calls = 1
     builder.content.append(block)
+    return builder
+
+
+def _empty_input_turns() -> list[Turn]:
+    builder = _empty_delta_tool_use("msg_empty_input", "discover", {}, ping=True)
     return [
         builder.finish("tool_use").turn(),
         text_turn("msg_empty_input_2", "Listed."),
@@ -310,19 +320,7 @@ def _empty_input_turns() -> list[Turn]:
 def _start_input_turns() -> list[Turn]:
     # A tool_use that starts with its input instead of `input: {}`, then one empty delta:
     # anthropic-python reads the start input, @anthropic-ai/sdk and litellm `{}`.
-    builder = MessageBuilder("msg_start_input").start()
-    block = {"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "README.md"}}
-    builder.emit({"type": "content_block_start", "index": 0, "content_block": block})
-    builder.emit(
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "input_json_delta", "partial_json": ""},
-        }
-    )
-    builder.emit({"type": "content_block_stop", "index": 0})
-    builder.calls = 1
-    builder.content.append(block)
+    builder = _empty_delta_tool_use("msg_start_input", "read", {"path": "README.md"})
     return [builder.finish("tool_use").turn()]
 
 
