@@ -591,19 +591,21 @@ def test_the_sdk_does_not_retry_a_refusal_a_new_request_cannot_change() -> None:
     reply = two_calls(Call("call_2", "delete_everything", {"path": "/"}))
     upstream = whole_upstream("chat", reply)
 
-    async def ask() -> openai.InternalServerError:
-        client = openai.AsyncOpenAI(
-            api_key="sk-test", base_url=f"{ORIGIN}/v1", http_client=gated(upstream), max_retries=2
-        )
-        with pytest.raises(openai.InternalServerError) as caught:
-            await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "fix it"}], tools=TOOLS["chat"]
-            )
-        return caught.value
-
-    raised = run(ask())
+    raised = run(_refused_chat_call(upstream))
     assert raised.response.headers["x-should-retry"] == "false"
     assert len(upstream.seen) == 1
+
+
+async def _refused_chat_call(upstream: Upstream) -> openai.InternalServerError:
+    """What the openai SDK (its own two retries on) raises for a Chat call the gate refuses."""
+    client = openai.AsyncOpenAI(
+        api_key="sk-test", base_url=f"{ORIGIN}/v1", http_client=gated(upstream), max_retries=2
+    )
+    with pytest.raises(openai.InternalServerError) as caught:
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "fix it"}], tools=TOOLS["chat"]
+        )
+    return caught.value
 
 
 def test_a_refusal_says_do_not_retry_in_place_of_an_upstream_should_retry_in_any_case() -> None:
@@ -615,16 +617,6 @@ def test_a_refusal_says_do_not_retry_in_place_of_an_upstream_should_retry_in_any
         lambda _: httpx2.Response(200, headers={"X-Should-Retry": "true"}, json=document)
     )
 
-    async def ask() -> openai.InternalServerError:
-        client = openai.AsyncOpenAI(
-            api_key="sk-test", base_url=f"{ORIGIN}/v1", http_client=gated(upstream), max_retries=2
-        )
-        with pytest.raises(openai.InternalServerError) as caught:
-            await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "fix it"}], tools=TOOLS["chat"]
-            )
-        return caught.value
-
-    raised = run(ask())
+    raised = run(_refused_chat_call(upstream))
     assert raised.response.headers.get_list("x-should-retry") == ["false"]
     assert len(upstream.seen) == 1
