@@ -233,16 +233,21 @@ def _request_object(body: bytes) -> Mapping[str, Any] | None:
 
 
 def declared_tools(
-    shared: Shared, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime
+    shared: Shared, gateway: Gateway, request: Mapping[str, Any], route: RouteRuntime, flow: Flow
 ) -> tuple[ToolSpec, ...]:
-    """The tools a request declares; a schema the gate cannot use is said once per tool and
-    problem (its calls are then checked as a JSON object only)."""
+    """The tools a request declares; a schema the gate cannot use is counted on the flow
+    (`/metrics`) and said once per tool and problem (its calls are then checked as a JSON
+    object only)."""
     validate = route.settings.gating.validate_schemas
     tools = gateway.tools(request, validate_schemas=validate)
     notes = shared.unusable_schemas
+    flow.unusable_tools = 0  # read again on a retry: counted once per request
     for tool in tools:
         problem = getattr(tool, "schema_problem", None)
-        if problem is None or (tool.name, problem) in notes:
+        if problem is None:
+            continue
+        flow.unusable_tools += 1
+        if (tool.name, problem) in notes:
             continue
         if len(notes) < MAX_SCHEMA_NOTES:
             notes.add((tool.name, problem))

@@ -220,12 +220,9 @@ class ProxyExchange:
                 )
             assert self.target is not None  # routed: a protocol request has its target
             try:
-                tools = declared_tools(shared, self.gateway, self.parsed, self.route)
+                tools = declared_tools(shared, self.gateway, self.parsed, self.route, self.flow)
             except Exception as exc:  # a request whose tools cannot be read
                 return self._unjudged("internal_error", f"the request's tools ({describe(exc)})")
-            self.flow.unusable_tools = sum(
-                getattr(tool, "schema_problem", None) is not None for tool in tools
-            )
             if gates(self.gateway, self.parsed, status, self.target):
                 return await self._gate(response, tools, headers, upstream, can_retry)
             return await self._whole(response, tools, headers, upstream, can_retry, spent)
