@@ -4,9 +4,10 @@ non-streaming response object, OpenAI error bodies, and the scenarios only Respo
 continuation, provider-executed items, and the shapes a client other than lockgate may run:
 custom tool calls, namespaced calls, client-executed `shell_call` items; `compaction` items).
 
-`ResponseBuilder` authors realistic streams: sequence numbers, item ids, content parts,
-argument fragments and per-item `.done` events, and complete `response` objects (every
-field the SDK's types require).
+`ResponseBuilder` authors realistic streams: the output items `render_items` streams
+(sequence numbers, item ids, content parts, argument fragments and per-item `.done` events)
+inside the response's lifecycle events, and complete `response` objects (every field the
+SDK's types require).
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ from ...scripted.reply import (
     Say,
     ShellCall,
     Think,
-    argument_pieces,
-    argument_text,
-    split,
 )
 from ...scripted.script import Faults, Turn
 from ..openai.render import openai_error_body, openai_reset_headers
+from .render_items import STREAMED_CALLS, OutputItemEvents
+from .render_items import reasoning_item as reasoning_item  # re-exported
 
 CREATED_AT = 1_760_000_000
 
@@ -47,27 +47,14 @@ def _usage_object(usage: ReplyUsage) -> dict[str, Any]:
     }
 
 
-# A call item whose text streams in fragments, by its type: the item's field for the text,
-# and the prefix of its `.delta` / `.done` events.
-_STREAMED_CALLS = {
-    "function_call": ("arguments", "response.function_call_arguments"),
-    "custom_tool_call": ("input", "response.custom_tool_call_input"),
-}
-
-
-class ResponseBuilder:
-    """Authors a realistic Responses event stream."""
+class ResponseBuilder(OutputItemEvents):
+    """Authors a realistic Responses event stream: its output items (`OutputItemEvents`)
+    between the response's opening and terminal events."""
 
     def __init__(self, response_id: str, model: str = "gpt-4.1-mini") -> None:
+        super().__init__()
         self.response_id = response_id
         self.model = model
-        self.events: list[dict[str, Any]] = []
-        self.output: list[dict[str, Any]] = []
-
-    def _emit(self, event: dict[str, Any]) -> ResponseBuilder:
-        event["sequence_number"] = len(self.events)
-        self.events.append(event)
-        return self
 
     def response(self, status: str, **extra: Any) -> dict[str, Any]:
         """A complete response object (the fields the SDK's `Response` type requires)."""
@@ -105,209 +92,6 @@ class ResponseBuilder:
         self._emit({"type": "response.queued", "response": self.response("queued")})
         return self._emit(
             {"type": "response.in_progress", "response": self.response("in_progress")}
-        )
-
-    def _message(
-        self, item_id: str, kind: Literal["output_text", "refusal"], text: str, pieces: int
-    ) -> ResponseBuilder:
-        index = len(self.output)
-        added = {
-            "id": item_id,
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        if kind == "output_text":
-            empty: dict[str, Any] = {"type": "output_text", "text": "", "annotations": []}
-            done_part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
-        else:
-            empty = {"type": "refusal", "refusal": ""}
-            done_part = {"type": "refusal", "refusal": text}
-        where = {"item_id": item_id, "output_index": index, "content_index": 0}
-        self._emit({"type": "response.content_part.added", **where, "part": empty})
-        delta_type = (
-            "response.output_text.delta" if kind == "output_text" else "response.refusal.delta"
-        )
-        for piece in split(text, pieces):
-            event: dict[str, Any] = {"type": delta_type, **where, "delta": piece}
-            if kind == "output_text":
-                event["logprobs"] = []
-            self._emit(event)
-        if kind == "output_text":
-            self._emit({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
-        else:
-            self._emit({"type": "response.refusal.done", **where, "refusal": text})
-        self._emit({"type": "response.content_part.done", **where, "part": done_part})
-        item = {
-            "id": item_id,
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [done_part],
-        }
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def text(self, item_id: str, text: str, pieces: int = 4) -> ResponseBuilder:
-        return self._message(item_id, "output_text", text, pieces)
-
-    def refusal(self, item_id: str, text: str) -> ResponseBuilder:
-        return self._message(item_id, "refusal", text, 2)
-
-    def call(
-        self,
-        item_id: str,
-        call_id: str,
-        name: str,
-        arguments: str | Mapping[str, Any],
-        pieces: int = 5,
-        *,
-        finish: bool = True,
-        status: str = "completed",
-        namespace: str | None = None,
-    ) -> ResponseBuilder:
-        """A function call item (in a tool `namespace`, if given); with `finish=False` the
-        stream stops mid-arguments."""
-        text = argument_text(arguments)
-        return self._streamed_call(
-            "function_call", item_id, call_id, name, text, pieces, finish, status, namespace
-        )
-
-    def custom_call(
-        self,
-        item_id: str,
-        call_id: str,
-        name: str,
-        text: str,
-        pieces: int = 4,
-        *,
-        finish: bool = True,
-        namespace: str | None = None,
-    ) -> ResponseBuilder:
-        """A custom (free-form) tool call item: its input streamed in pieces, then done; with
-        `finish=False` the stream stops mid-input."""
-        return self._streamed_call(
-            "custom_tool_call", item_id, call_id, name, text, pieces, finish, "completed", namespace
-        )
-
-    def _streamed_call(
-        self,
-        kind: str,
-        item_id: str,
-        call_id: str,
-        name: str,
-        text: str,
-        pieces: int,
-        finish: bool,
-        status: str,
-        namespace: str | None,
-    ) -> ResponseBuilder:
-        """A call item whose text (`_STREAMED_CALLS`) streams in pieces: added, its
-        fragments, then (unless cut) its text's `.done` and the item's."""
-        field, events = _STREAMED_CALLS[kind]
-        index = len(self.output)
-        base = {"id": item_id, "type": kind, "call_id": call_id, "name": name}
-        if namespace is not None:
-            base["namespace"] = namespace
-        added = {**base, "status": "in_progress", field: ""}
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        where = {"item_id": item_id, "output_index": index}
-        for piece in argument_pieces(text, pieces, cut=not finish):
-            self._emit({"type": f"{events}.delta", **where, "delta": piece})
-        if not finish:
-            return self
-        named = {"name": name} if kind == "function_call" else {}  # a custom call's is not
-        self._emit({"type": f"{events}.done", **where, **named, field: text})
-        item = {**base, "status": status, field: text}
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def shell_call(self, item_id: str, call_id: str, commands: list[str]) -> ResponseBuilder:
-        """A client-executed built-in shell call (`shell_call`): added in progress, its
-        commands as progress events, then done whole."""
-        index = len(self.output)
-        base = {"id": item_id, "type": "shell_call", "call_id": call_id}
-        action = {"commands": commands, "timeout_ms": None, "max_output_length": None}
-        added = {**base, "status": "in_progress", "action": {**action, "commands": []}}
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        for number, command in enumerate(commands):
-            self._emit(
-                {
-                    "type": "response.shell_call_command.added",
-                    "output_index": index,
-                    "command_index": number,
-                    "command": command,
-                }
-            )
-        item = {**base, "status": "completed", "action": action}
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def reasoning(self, item: dict[str, Any], pieces: int = 3) -> ResponseBuilder:
-        """A reasoning item: added (empty), its summary as deltas, then done (whole item)."""
-        index = len(self.output)
-        added = {"id": item["id"], "type": "reasoning", "summary": []}
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        for part_index, part in enumerate(item.get("summary", [])):
-            for piece in split(str(part.get("text", "")), pieces):
-                self._emit(
-                    {
-                        "type": "response.reasoning_summary_text.delta",
-                        "item_id": item["id"],
-                        "output_index": index,
-                        "summary_index": part_index,
-                        "delta": piece,
-                    }
-                )
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def output_item(self, item: dict[str, Any]) -> ResponseBuilder:
-        """An output item of any other type, added and done at once."""
-        index = len(self.output)
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": item})
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
-        )
-
-    def compaction(self, item_id: str, opaque: str) -> ResponseBuilder:
-        """A `compaction` item (the provider's compaction of the conversation so far, its
-        `encrypted_content` opaque), added and done whole."""
-        return self.output_item({"id": item_id, "type": "compaction", "encrypted_content": opaque})
-
-    def web_search(self, item_id: str, query: str) -> ResponseBuilder:
-        """A provider-executed web search, with its progress events and complete item."""
-        index = len(self.output)
-        item = {
-            "id": item_id,
-            "type": "web_search_call",
-            "status": "completed",
-            "action": {"type": "search", "query": query},
-        }
-        added = {**item, "status": "in_progress"}
-        self._emit({"type": "response.output_item.added", "output_index": index, "item": added})
-        for stage in ("in_progress", "searching", "completed"):
-            self._emit(
-                {
-                    "type": f"response.web_search_call.{stage}",
-                    "item_id": item_id,
-                    "output_index": index,
-                }
-            )
-        self.output.append(item)
-        return self._emit(
-            {"type": "response.output_item.done", "output_index": index, "item": item}
         )
 
     def completed(
@@ -349,15 +133,6 @@ class ResponseBuilder:
         return Turn(events=tuple(self.events), faults=faults or Faults(), **options)
 
 
-def reasoning_item(item_id: str, text: str, opaque: str = "") -> dict[str, Any]:
-    return {
-        "id": item_id,
-        "type": "reasoning",
-        "summary": [{"type": "summary_text", "text": text}],
-        "encrypted_content": opaque or f"gAAAAB-opaque-{item_id}-do-not-touch==",
-    }
-
-
 class _Reply:
     """A neutral reply, part by part, as the Responses API streams it (`walk`)."""
 
@@ -387,15 +162,15 @@ class _Reply:
         self._call(item_id, "custom_tool_call", part, part.input, part.sent_input)
 
     def _call(self, item_id: str, kind: str, part: Call | CustomCall, text: str, sent: str) -> None:
-        """A call item of `kind` (`_STREAMED_CALLS`), its text streamed; a cut one's item
+        """A call item of `kind` (`STREAMED_CALLS`), its text streamed; a cut one's item
         also kept as the whole response states it (`sent`: the text sent before the cut)."""
         if part.cut:
             item = {"id": item_id, "type": kind, "call_id": part.call_id, "name": part.name}
             if part.namespace:
                 item["namespace"] = part.namespace
-            field = _STREAMED_CALLS[kind][0]
+            field = STREAMED_CALLS[kind][0]
             self.cut_items.append({**item, field: sent, "status": "incomplete"})
-        self.builder._streamed_call(
+        self.builder.streamed_call(
             kind,
             item_id,
             part.call_id,
