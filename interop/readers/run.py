@@ -60,7 +60,8 @@ from tests.proxy.real_mutations import SHAPES, custom_grammar_violation
 from tests.proxy.support import aiohttp_loopback, gate_stream, run
 
 from interop.agents.agents import Installation
-from interop.agents.run import UsageError, launch_proxy, npm_install, results_folder
+from interop.agents.install import UsageError, npm_install, results_folder
+from interop.agents.processes import launch_proxy
 from lockgate.conversation import ToolCall
 from lockgate.proxy import Accepted, GatingOptions
 
