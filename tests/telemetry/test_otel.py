@@ -265,3 +265,18 @@ def test_close_is_idempotent_and_an_ended_request_ends_once(
     (span,) = receiver.spans()
     assert span.name == "generate_content"  # no request model stated
     assert attributes(span)["gen_ai.provider.name"] == "gcp.gemini"
+
+
+def test_a_broken_tracer_never_fails_a_request(receiver: HttpReceiver | GrpcReceiver) -> None:
+    tracing = tracing_from_environment(_environ(receiver, False))
+    assert isinstance(tracing, OtelTracing)
+    traced = tracing.request({"traceparent": TRACEPARENT}, time.monotonic())
+    tracing.close()
+    del tracing.tracer  # anything the SDK might raise
+    attempt = traced.attempt(1, "primary", False)  # untraced, not failed
+    assert attempt.headers() == {}
+    attempt.end(200, None)
+    traced.end(RequestSummary("chat", "chat", "", "released", 0.0, 1.0))
+    untraced = tracing.request({"traceparent": TRACEPARENT}, time.monotonic())
+    assert untraced.attempt(1, "primary", False).headers() == {}
+    untraced.end(RequestSummary("chat", "chat", "", "released", 0.0, 1.0))

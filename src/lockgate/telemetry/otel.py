@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..version import __version__
-from . import AttemptTrace, RequestSummary, RequestTrace, TokenUsage
+from . import NO_TRACING, AttemptTrace, RequestSummary, RequestTrace, TokenUsage
 from .settings import MISSING_EXTRA, OtelSettings, TelemetryConfigError, provider_name
 
 if TYPE_CHECKING:
@@ -127,6 +127,12 @@ class _Request:
         self._ended = False
 
     def attempt(self, number: int, upstream: str, fallback: bool) -> AttemptTrace:
+        try:
+            return self._attempt(number, upstream, fallback)
+        except Exception:  # an observer never fails a request: this attempt goes untraced
+            return NO_TRACING.request({}, 0.0).attempt(number, upstream, fallback)
+
+    def _attempt(self, number: int, upstream: str, fallback: bool) -> AttemptTrace:
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind
 
@@ -220,6 +226,12 @@ class OtelTracing:
     # --- the proxy --------------------------------------------------------------------
 
     def request(self, client_headers: Mapping[str, str], started: float) -> RequestTrace:
+        try:
+            return self._request(client_headers, started)
+        except Exception:  # an observer never fails a request: this one goes untraced
+            return NO_TRACING.request(client_headers, started)
+
+    def _request(self, client_headers: Mapping[str, str], started: float) -> RequestTrace:
         from opentelemetry.trace import SpanKind
 
         carrier = {
