@@ -16,7 +16,7 @@ from .settings import (
     EXPERIMENTAL_OPT_IN,
     MISSING_EXTRA,
     OtelSettings,
-    Protocol,
+    OtlpProtocol,
     TelemetryConfigError,
     provider_name,
 )
@@ -53,7 +53,7 @@ def _pairs(value: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _protocol(environ: Mapping[str, str], signal: str) -> Protocol:
+def _protocol(environ: Mapping[str, str], signal: str) -> OtlpProtocol:
     value = (
         environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
         or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -70,7 +70,7 @@ def _protocol(environ: Mapping[str, str], signal: str) -> Protocol:
     )
 
 
-def _endpoint(environ: Mapping[str, str], signal: str, protocol: Protocol) -> str | None:
+def _endpoint(environ: Mapping[str, str], signal: str, protocol: OtlpProtocol) -> str | None:
     specific = environ.get(f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT", "").strip()
     if specific:
         return specific

@@ -10,7 +10,7 @@ __all__ = [
     "EXPERIMENTAL_OPT_IN",
     "MISSING_EXTRA",
     "OtelSettings",
-    "Protocol",
+    "OtlpProtocol",
     "TelemetryConfigError",
     "provider_name",
 ]
@@ -31,7 +31,7 @@ _PROVIDERS = {
     "bedrock": "aws.bedrock",
 }
 
-Protocol = Literal["grpc", "http/protobuf"]
+OtlpProtocol = Literal["grpc", "http/protobuf"]
 
 
 class TelemetryConfigError(ValueError):
@@ -45,8 +45,8 @@ class OtelSettings:
 
     traces: bool
     metrics: bool
-    traces_protocol: Protocol
-    metrics_protocol: Protocol
+    traces_protocol: OtlpProtocol
+    metrics_protocol: OtlpProtocol
     traces_endpoint: str | None
     metrics_endpoint: str | None
     headers: tuple[tuple[str, str], ...]
