@@ -131,7 +131,11 @@ class StreamEvent:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseStarted(StreamEvent):
-    """The provider opened a response (must come first, exactly once, with an id)."""
+    """The provider opened a response (must come first, exactly once, with an id).
+    `model`: the response's model as the stream stated it at its start (None: not stated);
+    observers report it (`gen_ai.response.model`), nothing decides on it."""
+
+    model: str | None = None
 
 
 @fast_init

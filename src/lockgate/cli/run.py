@@ -18,8 +18,10 @@ from .process import read_api_key, temporary_directory
 if TYPE_CHECKING:
     from ..cassette.recorder import CassetteRecorder, RecordingTransport
     from ..credentials import Redactor
+    from ..events import Observer
     from ..providers.base import Provider
     from ..retry import RetryPolicy
+    from ..telemetry.otel import OtelTracing
     from ..transport import Transport
 
 
@@ -128,7 +130,13 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
     redact = Redactor([api_key, *check_recording(args)])  # `--redact-env` values too
     meter = UsageMeter()
     display = observer(args.json, redact)
-    events = fan_out(meter, display)
+    tracing = _tracing()  # OpenTelemetry export, when `OTEL_*` asks for it
+    turns = (
+        []
+        if tracing is None
+        else [_turns(tracing, provider.name, args.model or provider.default_model)]
+    )
+    events = fan_out(meter, display, *turns)
     try:
         codec = provider.make_codec(
             CodecOptions(
@@ -146,7 +154,7 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
     if args.record is not None:
         recording, recorder = _recording(args, provider, transport, api_key)
         transport = recording
-        events = fan_out(meter, recording.observe, display)
+        events = fan_out(meter, recording.observe, display, *turns)
     # The SDKs leave a few hundred thousand long-lived objects behind their imports: move
     # them out of the collector's way, so that a full collection never stalls a stream.
     gc.freeze()
@@ -178,12 +186,33 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
             )
         finally:
             await client.aclose()
+            if tracing is not None:
+                tracing.close()  # flushes what is pending
         print_outcome(outcome, meter.usage, display, redact)
     if recorder is not None and not _recorded(recorder, redact):
         return EXIT_OUTPUT
     if outcome.outcome == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
+
+
+def _tracing() -> OtelTracing | None:
+    """The OpenTelemetry tracer when `OTEL_*` configures one; a usage error (one line) when
+    it is configured but the `otel` extra is not installed."""
+    from ..telemetry.config import TelemetryConfigError, tracing_from_environment
+    from ..telemetry.otel import OtelTracing
+
+    try:
+        tracing = tracing_from_environment(os.environ)
+    except TelemetryConfigError as exc:
+        raise UsageError(str(exc).removeprefix("lockgate: ")) from None
+    return tracing if isinstance(tracing, OtelTracing) else None
+
+
+def _turns(tracing: OtelTracing, protocol: str, model: str | None) -> Observer:
+    from ..telemetry.client import TurnObserver
+
+    return TurnObserver(tracing, protocol=protocol, model=model)
 
 
 def _recording(

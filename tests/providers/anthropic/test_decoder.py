@@ -157,7 +157,7 @@ def text_stream(stop_reason: str | None = "end_turn") -> list[dict[str, Any]]:
 
 def test_message_start_starts_the_response_with_its_id() -> None:
     events = decode_all(text_stream())
-    assert events[0] == ResponseStarted(response_id="msg_1")
+    assert events[0] == ResponseStarted(response_id="msg_1", model="m")
     assert all(e.response_id is None for e in events[1:])
     assert decide(text_stream()).message.response_id == "msg_1"
 

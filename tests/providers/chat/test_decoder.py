@@ -447,7 +447,7 @@ def test_response_id_is_the_first_non_empty_chunk_id() -> None:
         DONE,
     )
     starts = [e for e in events if isinstance(e, ResponseStarted)]
-    assert starts == [ResponseStarted(response_id="chatcmpl-az")]
+    assert starts == [ResponseStarted(response_id="chatcmpl-az", model="m")]
     assert all(e.response_id is None for e in events if not isinstance(e, ResponseStarted))
     # A fresh id per chunk (Groq compound, proxies) is not a safety signal.
     assert run(*events_with_fresh_ids()).decision.message.content == "AB"
@@ -464,7 +464,7 @@ def events_with_fresh_ids() -> list[Chunk]:
 
 def test_a_chunk_with_only_an_id_starts_the_response() -> None:
     events = decode_all(chunk({"role": "assistant"}, chunk_id="chatcmpl-9"))
-    assert events == [ResponseStarted(response_id="chatcmpl-9")]
+    assert events == [ResponseStarted(response_id="chatcmpl-9", model="m")]
 
 
 def test_response_id_is_synthesized_without_any_id() -> None:

@@ -139,7 +139,7 @@ EMPTY = text("")
 
 def test_the_first_chunk_starts_the_response_with_its_response_id() -> None:
     events = decode_all([chunk(text("Hi"), finish="STOP")])
-    assert events[0] == ResponseStarted(response_id="resp-g1")
+    assert events[0] == ResponseStarted(response_id="resp-g1", model="gemini-test")
     assert all(event.response_id is None for event in events[1:])
     assert decide([chunk(text("Hi"), finish="STOP")]).message.response_id == "resp-g1"
 

@@ -57,6 +57,8 @@ def test_decodes_lifecycle_and_deltas() -> None:
     assert decode({"type": "response.created", "response": {"id": "resp_1"}}) == ResponseStarted(
         response_id="resp_1"
     )
+    created = {"type": "response.created", "response": {"id": "resp_2", "model": "gpt-x-1"}}
+    assert decode(created) == ResponseStarted(response_id="resp_2", model="gpt-x-1")
     assert decode(
         {"type": "response.output_text.delta", "delta": "hi", "item_id": "m"}
     ) == TextDelta("hi")

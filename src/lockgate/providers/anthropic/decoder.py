@@ -407,7 +407,8 @@ class AnthropicDecoder:
         if content is not None and content != []:
             raise _lifecycle("message_start already carries content")
         self._merge_usage(message.get("usage"))
-        return (ResponseStarted(response_id=response_id),)
+        model = m if isinstance(m := message.get("model"), str) and m else None
+        return (ResponseStarted(response_id=response_id, model=model),)
 
     def _message_delta(self, payload: dict[str, Any], size: int) -> Sequence[StreamEvent]:
         self._require_start("message_delta")

@@ -161,7 +161,8 @@ class ChatDecoder:
             if type(chunk_id) is str and chunk_id:
                 self._response_id = chunk_id
                 self._started = True
-                events = [ResponseStarted(response_id=chunk_id)]
+                model = m if isinstance(m := payload.get("model"), str) and m else None
+                events = [ResponseStarted(response_id=chunk_id, model=model)]
         error = payload.get("error")
         if error is not None:
             return self._error(error, events)
@@ -596,7 +597,9 @@ class ChatDecoder:
         if not self._started:
             self._started = True
             self._response_id = "chatcmpl-lockgate-" + secrets.token_hex(6)
-            events.append(ResponseStarted(response_id=self._response_id))
+            model = (self._payload or {}).get("model")
+            model = model if isinstance(model, str) and model else None
+            events.append(ResponseStarted(response_id=self._response_id, model=model))
         return events
 
     def _with_start(

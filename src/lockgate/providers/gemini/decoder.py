@@ -264,7 +264,7 @@ class GeminiDecoder:
             raise _malformed("responseId must be a string")
         events: list[StreamEvent] = []
         if not self._started:
-            self._start(response_id, events)
+            self._start(response_id, events, payload.get("modelVersion"))
         elif self._named and response_id and response_id != self._response_id:
             self._terminated = True
             return (
@@ -320,14 +320,15 @@ class GeminiDecoder:
 
     # --- chunks ---------------------------------------------------------------------------
 
-    def _start(self, response_id: str | None, events: list[StreamEvent]) -> None:
+    def _start(self, response_id: str | None, events: list[StreamEvent], model: object) -> None:
         self._started = True
         if response_id:
             self._named = True
             self._response_id = response_id
         else:
             self._response_id = "gemini-lockgate-" + secrets.token_hex(6)
-        events.append(ResponseStarted(response_id=self._response_id))
+        stated = model if isinstance(model, str) and model else None
+        events.append(ResponseStarted(response_id=self._response_id, model=stated))
 
     def _candidate(self, candidate: object, events: list[StreamEvent]) -> None:
         if type(candidate) is not dict:

@@ -508,7 +508,8 @@ class ResponsesDecoder:
         if not self._started or created:
             # A second `response.created` reaches the gate as a second start (a failure).
             self._started = True
-            return (ResponseStarted(response_id=response_id),)
+            model = m if isinstance(m := response.get("model"), str) and m else None
+            return (ResponseStarted(response_id=response_id, model=model),)
         return (ResponseProgress(response_id=response_id),)
 
     def _created(self, payload: dict[str, Any]) -> Sequence[StreamEvent]:
