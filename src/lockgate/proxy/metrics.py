@@ -16,8 +16,17 @@ or a path beyond the route's name.
   not end complete (a 200 status hides them): cut, reset, silent, past the deadline;
 - `lockgate_proxy_retries_total{route}`: attempts upstream beyond a request's first (unseen
   by the client); `lockgate_proxy_fallbacks_total{route}`: those to a fall-back upstream;
+- `lockgate_proxy_retries_exhausted_total{route}`: requests that still failed after their
+  retries were spent (at least one retry, and the last attempt failed as a retry would
+  have been tried for: no answer, a retryable error status, a stream that did not end
+  complete);
 - `lockgate_proxy_in_flight{route}`: requests being served now;
 - `lockgate_proxy_held_bytes`: bytes held now by every unfinished gated stream;
+  `lockgate_proxy_held_bytes_limit`: what they may hold at once (`max_held_bytes`, as the
+  server states it: `set_held_limit`), so that "near the budget" is their ratio;
+- `lockgate_proxy_ready`: 1 while the proxy is ready (what `/readyz` answers 200 for), 0
+  before it starts serving and from the moment it drains (as the server states it:
+  `set_ready`);
 - `lockgate_proxy_added_first_byte_seconds{route,protocol}`: time the proxy added before a
   stream's first byte reached the client;
 - `lockgate_proxy_hold_seconds{route,protocol}`: time a stream was held, from its first
@@ -34,11 +43,14 @@ or a path beyond the route's name.
 to files in the folder `PROMETHEUS_MULTIPROC_DIR` names (prometheus_client's multiprocess
 mode, chosen when it is first imported, so the folder is set before any worker starts), and
 `/metrics` in any worker reads every worker's: counters and histograms summed, the gauges
-summed over the workers alive. A folder that is not there (or not writable) is one line
-naming it (`multiprocess_folder_problem`), never a traceback about one of its files. The
-gauges of a process that died without being marked dead (SIGKILL, a crash, a restart after
-one) are forgotten when a proxy starts (`forget_dead_processes`): their files would keep
-counting their last value, `in_flight` above all.
+summed over the workers alive (`in_flight`, `held_bytes`, `held_bytes_limit`: the budget
+of every live worker together, as the bytes are), but `ready`, the highest of the live
+workers' (1 while any worker alive is ready to take a new connection). A folder that is
+not there (or not writable) is one line naming it (`multiprocess_folder_problem`), never a
+traceback about one of its files. The gauges of a process that died without being marked
+dead (SIGKILL, a crash, a restart after one) are forgotten when a proxy starts
+(`forget_dead_processes`): their files would keep counting their last value, `in_flight`
+above all.
 """
 
 from __future__ import annotations
@@ -59,6 +71,7 @@ __all__ = [
     "ProxyMetrics",
     "forget_dead_processes",
     "multiprocess_folder_problem",
+    "retries_exhausted",
 ]
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -120,6 +133,31 @@ _TOKEN_FIELDS = (
     ("reasoning", "reasoning_tokens"),
     ("cache_write", "cache_write_tokens"),
 )
+
+
+# What a last attempt answered when a retry would have been tried for it: an error status
+# the proxy retries (408, 409, 429, 5xx; `exchange.ProxyExchange._error_status`).
+def _retryable_status(status: int) -> bool:
+    return status in (408, 409, 429) or 500 <= status < 600
+
+
+def retries_exhausted(flow: Flow) -> bool:
+    """Whether `flow` still failed after its retries were spent: `Flow.retries_exhausted`
+    where the flow says so; otherwise read from what it ended as: at least one retry, and
+    the last attempt failed as a retry would have been tried for (no answer: `error`; an
+    error status the proxy retries, passed on: `forwarded`; a stream that did not end
+    complete, refused).  A refusal on its merits after a retry (an invalid batch) is not
+    one: it was the answer, not a failure to get one."""
+    said = getattr(flow, "retries_exhausted", None)
+    if isinstance(said, bool):
+        return said
+    if flow.retries < 1:
+        return False
+    if flow.outcome == "error":
+        return True
+    if flow.outcome == "forwarded":
+        return _retryable_status(flow.status)
+    return flow.outcome in ("refused", "withheld") and flow.incomplete
 
 
 class ProxyMetrics:
@@ -184,6 +222,12 @@ class ProxyMetrics:
             ("route",),
             registry=registry,
         )
+        self.exhausted = Counter(
+            "lockgate_proxy_retries_exhausted",
+            "Requests that still failed after their retries were spent.",
+            ("route",),
+            registry=registry,
+        )
         self.in_flight = Gauge(
             "lockgate_proxy_in_flight",
             "Requests being served now.",
@@ -196,6 +240,18 @@ class ProxyMetrics:
             "Bytes held now by every unfinished gated stream.",
             registry=registry,
             multiprocess_mode="livesum",
+        )
+        self.held_limit = Gauge(
+            "lockgate_proxy_held_bytes_limit",
+            "The bytes every unfinished gated stream may hold at once (max_held_bytes).",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.ready = Gauge(
+            "lockgate_proxy_ready",
+            "1 while the proxy is ready for new requests (/readyz 200), else 0.",
+            registry=registry,
+            multiprocess_mode="livemax",
         )
         self.added = Histogram(
             "lockgate_proxy_added_first_byte_seconds",
@@ -257,6 +313,8 @@ class ProxyMetrics:
             self.retries.labels(route).inc(flow.retries)
         if flow.fallbacks:
             self.fallbacks.labels(route).inc(flow.fallbacks)
+        if retries_exhausted(flow):
+            self.exhausted.labels(route).inc()
         if flow.first_read_at is not None and flow.first_sent_at is not None:
             added = max(0.0, flow.first_sent_at - flow.first_read_at)
             self.added.labels(route, protocol).observe(added)
@@ -274,6 +332,17 @@ class ProxyMetrics:
     def held_bytes(self, held: int) -> None:
         """The bytes every gated stream of this process holds now (`engine.HeldBudget`)."""
         self.held.set(held)
+
+    def set_held_limit(self, limit: int) -> None:
+        """The bytes every gated stream of this process may hold at once
+        (`engine.HeldBudget.limit`, `max_held_bytes`)."""
+        self.held_limit.set(limit)
+
+    def set_ready(self, ready: bool) -> None:
+        """Whether this process is ready for new requests, as `/readyz` says: told True once
+        it serves (the upstream session open, routes configured), False from the moment it
+        drains or stops."""
+        self.ready.set(1 if ready else 0)
 
     # --- `/metrics` -----------------------------------------------------------------------
 
