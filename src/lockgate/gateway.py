@@ -45,6 +45,7 @@ __all__ = [
     "Gateway",
     "ProtocolTarget",
     "Refusal",
+    "body_model",
     "declared_tool",
     "declared_tools",
     "event_object",
@@ -131,6 +132,11 @@ class Gateway(Protocol):
         """The path and body of the same request to another model (a fall-back upstream
         that names one): the body's `model`, or the path's for a protocol that names the
         model there."""
+        ...
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        """The model a request names (its body's `model`, or the path's for a protocol that
+        names the model there; None: none)."""
         ...
 
     @property
@@ -231,6 +237,17 @@ class Gateway(Protocol):
         SDK raises on. `last`: the last event forwarded (None: none was), for a protocol
         that numbers its events."""
         ...
+
+
+MAX_MODEL_CHARS = 200  # a model name longer than this is not said (None)
+
+
+def body_model(request: Mapping[str, Any]) -> str | None:
+    """A request body's `model`, when it is a name (`Gateway.request_model`)."""
+    model = request.get("model")
+    if type(model) is str and 0 < len(model) <= MAX_MODEL_CHARS:
+        return model
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, suffix_target
+from ...gateway import (
+    ProtocolTarget,
+    Refusal,
+    body_model,
+    declared_tools,
+    event_object,
+    suffix_target,
+)
 from ...sse import ServerSentEvent
 from ..decoding import compact_json, malformed
 from .decoder import AnthropicDecoder
@@ -121,6 +128,10 @@ class AnthropicGateway:
             return path, {**request, "model": model}
         start, end = vertex.span("model")  # Vertex AI names the model in the path
         return path[:start] + model + path[end:], dict(request)
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        vertex = _VERTEX.search(path.rstrip("/"))
+        return body_model(request) if vertex is None else vertex.group("model")
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False

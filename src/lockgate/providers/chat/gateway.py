@@ -29,7 +29,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, suffix_target
+from ...gateway import (
+    ProtocolTarget,
+    Refusal,
+    body_model,
+    declared_tools,
+    event_object,
+    suffix_target,
+)
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
@@ -92,6 +99,9 @@ class ChatGateway:
         self, path: str, request: Mapping[str, Any], model: str
     ) -> tuple[str, dict[str, Any]]:
         return path, {**request, "model": model}
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        return body_model(request)
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False

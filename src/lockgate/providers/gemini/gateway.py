@@ -168,6 +168,10 @@ class GeminiGateway:
         start, end = found.span("model")  # the path names the model
         return path[:start] + model + path[end:], dict(request)
 
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        found = _REQUEST.search(path.rstrip("/"))
+        return None if found is None else found.group("model")
+
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:

@@ -49,7 +49,14 @@ from typing import Any
 
 from ...conversation import ToolSpec
 from ...events import CALL_CUSTOM
-from ...gateway import ProtocolTarget, Refusal, declared_tool, event_object, suffix_target
+from ...gateway import (
+    ProtocolTarget,
+    Refusal,
+    body_model,
+    declared_tool,
+    event_object,
+    suffix_target,
+)
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
@@ -138,6 +145,9 @@ class ResponsesGateway:
         self, path: str, request: Mapping[str, Any], model: str
     ) -> tuple[str, dict[str, Any]]:
         return path, {**request, "model": model}
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        return body_model(request)
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
