@@ -50,6 +50,7 @@ __all__ = [
     "declared_tools",
     "event_object",
     "schema_problem",
+    "sse_frame",
     "suffix_target",
 ]
 
@@ -74,10 +75,12 @@ class ProtocolTarget:
     """A request a gateway takes, as its method and path say: `stream` True or False when
     the path decides it (Gemini's `:streamGenerateContent`, Vertex AI's `:streamRawPredict`),
     None when the body's `stream` does; `problem`, why the request, though the protocol's,
-    cannot be gated (it is refused with 400 before anything is sent), or None."""
+    cannot be gated (it is refused with 400 before anything is sent), or None; `framing`,
+    the wire a streamed answer comes in (SSE unless the target says otherwise)."""
 
     stream: bool | None = None
     problem: str | None = None
+    framing: str = "sse"  # the wire its streamed answer comes in (`proxy.framing.FRAMINGS`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,25 @@ class Gateway(Protocol):
         SDK raises on. `last`: the last event forwarded (None: none was), for a protocol
         that numbers its events."""
         ...
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        """The protocol's stream error for `refusal` as events, for a framing to write
+        (`refusal_frame` is their SSE bytes)."""
+        ...
+
+    def keepalive_event(self) -> ServerSentEvent | None:
+        """The protocol's keep-alive as an event (Anthropic's `ping`), or None: a framing's
+        own (an SSE comment; `keepalive` is the SSE bytes)."""
+        ...
+
+
+def sse_frame(event: ServerSentEvent) -> bytes:
+    """An event the proxy writes itself, as one SSE frame: `event: NAME` (when named) and
+    one `data:` line (its data is one line: the gateways write compact JSON)."""
+    head = b"" if event.event is None else b"event: " + event.event.encode() + b"\n"
+    return head + b"data: " + event.data + b"\n\n"
 
 
 MAX_MODEL_CHARS = 200  # a model name longer than this is not said (None)

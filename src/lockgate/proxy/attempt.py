@@ -438,6 +438,7 @@ async def _gate(
         budget=shared.held,
         tools=tools,
         hold_preamble=can_retry,
+        framing=x.target.framing if x.target is not None else "sse",  # the wire's
     )
     response = None if can_retry else await respond.commit(flow.status, headers)
     pieces = aiter(stream)

@@ -42,6 +42,7 @@ from ...gateway import (
     body_model,
     declared_tools,
     event_object,
+    sse_frame,
     suffix_target,
 )
 from ...sse import ServerSentEvent
@@ -56,6 +57,7 @@ _NOT_ACTIONS = frozenset({"text", "thinking", "redacted_thinking"})
 # (the SDK skips it, a naive client might not), an event added to the API later.
 _PREVIEW = frozenset({"message_start", "content_block_delta", "content_block_stop", "ping"})
 KEEPALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
+_KEEPALIVE_EVENT = ServerSentEvent("ping", b'{"type": "ping"}')  # KEEPALIVE, as an event
 # Messages on Vertex AI (Claude Code with CLAUDE_CODE_USE_VERTEX, the SDK's AnthropicVertex):
 # `…/publishers/anthropic/models/{model}:streamRawPredict` streams, `:rawPredict` does not.
 _VERTEX = re.compile(
@@ -212,8 +214,16 @@ class AnthropicGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return _KEEPALIVE_EVENT
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        return _frame("error", _error(refusal))
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        return [_event("error", _error(refusal))]
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
@@ -224,9 +234,12 @@ def _error(refusal: Refusal) -> dict[str, Any]:
     return {"type": "error", "error": error}
 
 
+def _event(name: str, payload: Mapping[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(name, compact_json(dict(payload)).encode("utf-8", "backslashreplace"))
+
+
 def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
-    data = compact_json(dict(payload)).encode("utf-8", "backslashreplace")
-    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+    return sse_frame(_event(name, payload))
 
 
 def _client_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:

@@ -35,6 +35,7 @@ from ...gateway import (
     body_model,
     declared_tools,
     event_object,
+    sse_frame,
     suffix_target,
 )
 from ...sse import ServerSentEvent
@@ -171,8 +172,16 @@ class ChatGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return None  # the framing's own
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        return _frame(_error(refusal))
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        return [ServerSentEvent(None, _frame_data(_error(refusal)))]
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
@@ -185,8 +194,12 @@ def _error(refusal: Refusal) -> dict[str, Any]:
     return {"error": error}
 
 
+def _frame_data(payload: Mapping[str, Any]) -> bytes:
+    return compact_json(dict(payload)).encode("utf-8", "backslashreplace")
+
+
 def _frame(payload: Mapping[str, Any]) -> bytes:
-    return b"data: " + compact_json(dict(payload)).encode("utf-8", "backslashreplace") + b"\n\n"
+    return b"data: " + _frame_data(payload) + b"\n\n"
 
 
 def _as_chunk_choice(choice: object, place: int) -> object:

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object
+from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, sse_frame
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from .decoder import GeminiDecoder
@@ -248,8 +248,16 @@ class GeminiGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return None  # the framing's own
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        return _frame(_error(refusal))
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        return [ServerSentEvent(None, _frame_data(_error(refusal)))]
 
 
 def _field(mapping: Mapping[str, Any], *names: str) -> Any:
