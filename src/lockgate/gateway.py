@@ -45,10 +45,12 @@ __all__ = [
     "Gateway",
     "ProtocolTarget",
     "Refusal",
+    "body_model",
     "declared_tool",
     "declared_tools",
     "event_object",
     "schema_problem",
+    "sse_frame",
     "suffix_target",
 ]
 
@@ -73,10 +75,12 @@ class ProtocolTarget:
     """A request a gateway takes, as its method and path say: `stream` True or False when
     the path decides it (Gemini's `:streamGenerateContent`, Vertex AI's `:streamRawPredict`),
     None when the body's `stream` does; `problem`, why the request, though the protocol's,
-    cannot be gated (it is refused with 400 before anything is sent), or None."""
+    cannot be gated (it is refused with 400 before anything is sent), or None; `framing`,
+    the wire a streamed answer comes in (SSE unless the target says otherwise)."""
 
     stream: bool | None = None
     problem: str | None = None
+    framing: str = "sse"  # the wire its streamed answer comes in (`proxy.framing.FRAMINGS`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +135,11 @@ class Gateway(Protocol):
         """The path and body of the same request to another model (a fall-back upstream
         that names one): the body's `model`, or the path's for a protocol that names the
         model there."""
+        ...
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        """The model a request names (its body's `model`, or the path's for a protocol that
+        names the model there; None: none)."""
         ...
 
     @property
@@ -231,6 +240,36 @@ class Gateway(Protocol):
         SDK raises on. `last`: the last event forwarded (None: none was), for a protocol
         that numbers its events."""
         ...
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        """The protocol's stream error for `refusal` as events, for a framing to write
+        (`refusal_frame` is their SSE bytes)."""
+        ...
+
+    def keepalive_event(self) -> ServerSentEvent | None:
+        """The protocol's keep-alive as an event (Anthropic's `ping`), or None: a framing's
+        own (an SSE comment; `keepalive` is the SSE bytes)."""
+        ...
+
+
+def sse_frame(event: ServerSentEvent) -> bytes:
+    """An event the proxy writes itself, as one SSE frame: `event: NAME` (when named) and
+    one `data:` line (its data is one line: the gateways write compact JSON)."""
+    head = b"" if event.event is None else b"event: " + event.event.encode() + b"\n"
+    return head + b"data: " + event.data + b"\n\n"
+
+
+MAX_MODEL_CHARS = 200  # a model name longer than this is not said (None)
+
+
+def body_model(request: Mapping[str, Any]) -> str | None:
+    """A request body's `model`, when it is a name (`Gateway.request_model`)."""
+    model = request.get("model")
+    if type(model) is str and 0 < len(model) <= MAX_MODEL_CHARS:
+        return model
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ LAYERS: tuple[frozenset[str], ...] = (
             "schemas",
             "tools",
             "gateway",
-            "telemetry",
+            "telemetry",  # the tracer seam the proxy and the client report to
         }
     ),
     # the agent: the client, the loop and the repair fixture, the display

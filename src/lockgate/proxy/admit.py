@@ -33,11 +33,13 @@ from ..events import CALL_CUSTOM
 from ..gateway import Gateway
 from ..jsonlimits import TooComplex, parse_document
 from ..providers.base import Provider
+from ..telemetry import NO_TRACING, Tracing
 from .access import Access, quoted
 from .config import ProxySettings
 from .engine import HeldBudget
+from .exchange import Body, ProxyExchange
 from .flow import Flow
-from .respond import reject
+from .respond import Responder, reject
 from .routes import Routed, owner, route, ungateable
 from .upstream import RouteRuntime
 
@@ -48,6 +50,8 @@ __all__ = [
     "PARSE_INLINE_BYTES",
     "Body",
     "Shared",
+    "admit",
+    "admit_body",
     "declared_tools",
     "parse",
     "read_body",
@@ -79,18 +83,55 @@ class Shared:
     unusable_schemas: set[tuple[str, str]] = field(default_factory=set)  # (tool, problem)
     session: aiohttp.ClientSession | None = None
     parser: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Body:
-    """A request's body as admitted: its bytes, and its JSON object (None: not a protocol
-    request, or not a JSON object: sent as it is)."""
-
-    raw: bytes
-    parsed: Mapping[str, Any] | None
+    tracing: Tracing = NO_TRACING  # told of each admitted request and its attempts
+    # In flight (the listener stops and cuts; the pipeline counts): stopping, the requests
+    # admitted and not ended (and their tasks), cutting what is left after `grace` seconds,
+    # the requests answered.
+    stopping: bool = False
+    active: int = 0
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    cutting: bool = False
+    grace: float = 0.0
+    answered: int = 0
 
 
 # --- the request's head --------------------------------------------------------------------
+
+
+def admit(x: ProxyExchange, shared: Shared) -> web.Response | None:
+    """The request's head: its route, protocol and speaker written on the exchange and its
+    flow; the proxy's own answer when it refuses the request (`refusal`), else None."""
+    request, flow = x.request, x.flow
+    x.query = query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
+    served = route_of(shared, flow.path) if x.path_problem is None else None
+    runtime, forwarded = served if served is not None else (shared.routes[0], flow.path)
+    routed = route(request.method, forwarded, query) if served is not None else None
+    entry = routed.provider if routed is not None else None
+    x.served, x.route, x.entry = served is not None, runtime, entry
+    x.target = routed.target if routed is not None else None
+    flow.protocol = entry.name if entry else None
+    flow.route = runtime.settings.name if served is not None else ""
+    flow.upstream_path = forwarded
+    problem = refusal(
+        shared,
+        request,
+        x.raw_path,
+        x.path_problem,
+        served,
+        forwarded,
+        query,
+        routed,
+        stopping=shared.stopping,
+        active=shared.active,
+    )
+    if problem is not None:
+        status, message = problem
+        x.speaker = speaker(entry, request, flow.upstream_path or flow.path)
+        return reject(flow, x.speaker, status, message, stopping=shared.stopping)
+    x.gateway = entry.gateway() if entry and entry.gateway else None
+    x.speaker = speaker(entry, request, flow.upstream_path)
+    x.respond = Responder(request, flow, runtime.settings.gating.idle_timeout)
+    return None
 
 
 def route_of(shared: Shared, path: str) -> tuple[RouteRuntime, str] | None:
@@ -174,6 +215,20 @@ def _upgrades(request: web.Request) -> bool:
 
 
 # --- the request's body --------------------------------------------------------------------
+
+
+async def admit_body(x: ProxyExchange, shared: Shared) -> web.Response | None:
+    """The body of an admitted request, written on the exchange (`read_body`); the proxy's
+    own answer when it refuses the body, else None."""
+    assert x.route is not None
+    assert x.speaker is not None
+    body = await read_body(shared, x.request, x.flow, x.route, x.gateway, x.speaker)
+    if isinstance(body, web.Response):
+        return body
+    x.body = body
+    if x.gateway is not None and body.parsed is not None:
+        x.flow.request_model = x.gateway.request_model(x.flow.upstream_path, body.parsed)
+    return None
 
 
 async def read_body(

@@ -74,6 +74,10 @@ due while it waits cancels the wait, goes out, and the read goes on. Any other i
 read the same way while frames are forwarded; while they are held, each read runs in a task
 of its own, so that keep-alives can go out while it waits (cancelling it would end it).
 
+**The wire** is a `Framing` (`framing/`: frames in, the client's bytes out, its keep-alive and
+its refusal): SSE, as described above, unless the caller names another (`framing=`, the
+target's `ProtocolTarget.framing`); the judge sees events only.
+
 `gates`, `capped_body` and `forwarded_headers` are what a server or transport needs for the
 rest: which responses are gated (a 2xx answer to a request that asks for a stream), error
 bodies passed under the existing cap, and the headers to pass on.
@@ -106,6 +110,7 @@ from ..gate import ResponseGate
 from ..gateway import HOP_BY_HOP, Gateway, ProtocolTarget
 from ..http import ERROR_BODY_CAP_BYTES, describe
 from ..providers.base import Provider
+from .framing import framing_for
 from .judge import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MAX_HELD_BYTES,
@@ -176,6 +181,7 @@ class GatingStream:
         budget: HeldBudget | None = None,
         tools: Sequence[ToolSpec] | None = None,
         hold_preamble: bool = False,
+        framing: str = "sse",
     ) -> None:
         self.gateway: Gateway = _gateway(entry)
         self.options = options or GatingOptions()
@@ -192,6 +198,7 @@ class GatingStream:
         self._started_at = started_at
         self._budget = budget
         self._hold_preamble = hold_preamble
+        self._framing = framing  # the wire's (`framing.FRAMINGS`)
         self._used = False
         self._judge: _Judge | None = None
         self.first_read_at: float | None = None  # the upstream's first bytes (loop time)
@@ -230,8 +237,10 @@ class GatingStream:
             options.max_held_bytes,
             self._budget,
             self._hold_preamble,
+            framing_for(self._framing, self.gateway, options.max_event_bytes),
         )
         self._judge = judge
+        keepalive = judge.framing.keepalive()  # None: the wire has none
         upstream = self._upstream
         resumable = upstream if isinstance(upstream, ResumableBody) else None
         iterator = None if resumable is not None else aiter(upstream)
@@ -269,7 +278,8 @@ class GatingStream:
                         else:
                             timer.read()
                         if woken:  # a keep-alive fell due: it goes out, the read goes on
-                            yield self.gateway.keepalive()
+                            if keepalive is not None:
+                                yield keepalive
                             last_sent = clock()
                             continue
                     else:
@@ -290,7 +300,8 @@ class GatingStream:
                                 read = None
                                 raise self._expired(now >= deadline_at)
                             if now >= last_sent + interval:
-                                yield self.gateway.keepalive()
+                                if keepalive is not None:
+                                    yield keepalive
                                 last_sent = clock()
                         try:
                             chunk = read.result()
@@ -314,7 +325,8 @@ class GatingStream:
                     if failure is not None:
                         raise failure
                     if judge.holding and clock() >= last_sent + interval:
-                        yield self.gateway.keepalive()
+                        if keepalive is not None:
+                            yield keepalive
                         last_sent = clock()
                 timer.stop()
                 released = judge.end()
@@ -387,7 +399,7 @@ class GatingStream:
     def _refuse(self, exc: BaseException, judge: _Judge) -> bytes:
         refused = _refused(exc, judge.calls, self._redact)
         self.outcome = refused
-        return self.gateway.refusal_frame(refused.refusal, judge.last)
+        return judge.framing.refusal(refused.refusal, judge.last)
 
 
 def _broke(exc: BaseException) -> ResponseFailure:

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ..cassette.format import Verdict
 from ..cassette.recorder import Exchange
 from ..conversation import Usage
-from ..events import Event, UsageReported
-from .engine import Accepted, Refused
+from ..events import Event, ResponseStarted, UsageReported
+from .engine import Accepted, GatingStream, Refused
 
 __all__ = [
+    "AttemptRecord",
     "Flow",
     "FlowHook",
     "LogHook",
@@ -59,6 +60,27 @@ class ProxyRecord:
     retries: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt upstream: its number (1-based), the upstream's name (its configured name
+    or host, never a URL path or key), whether it was a fall-back, when it started and
+    ended (the loop's clock), the status it answered (None: no answer) and why it was tried
+    again (a short kind: `no_answer`, `status`, a refusal's kind; None: it was the last)."""
+
+    number: int
+    upstream: str
+    fallback: bool
+    started: float
+    ended: float
+    status: int | None
+    retried: str | None = None
+
+
+# The refusals that say an upstream stream did not end complete (counted apart: a 200 status
+# hides them).
+_INCOMPLETE = frozenset({"stream_ended", "transport", "idle_timeout", "deadline", "cleanup"})
+
+
 @dataclass(slots=True)
 class Flow:
     """One request, filled in as it goes (the loop's clock for every time)."""
@@ -90,12 +112,20 @@ class Flow:
     # as a JSON object only, a custom tool's input as any text)
     unusable_tools: int = 0
     ended: float | None = None
+    request_model: str | None = None  # the model the request names (admission)
+    response_model: str | None = None  # the model the response states (an event's)
+    finish_reason: str | None = None  # an accepted response's finish (its decision's)
+    attempts: list[AttemptRecord] = field(default_factory=list)  # each attempt upstream
+    retries_exhausted: bool = False  # the route's retries were all spent, and it failed
 
     def judged(self, outcome: Accepted | Refused | None) -> None:
         """What the gate decided (None: the iteration was abandoned)."""
         if isinstance(outcome, Accepted):
             self.outcome = "passed"
             self.calls = len(outcome.decision.message.tool_calls)
+            # `ResponseCompleted.finish_reason` as the decoder translated it (or, stated
+            # none, the one the calls imply)
+            self.finish_reason = outcome.decision.finish_reason
             self.verdict = Verdict("accepted", None, self.calls)
         elif isinstance(outcome, Refused):
             refusal = outcome.refusal
@@ -109,11 +139,30 @@ class Flow:
         elif self.outcome not in ("abandoned", "error", "cut"):
             self.outcome = "abandoned"
 
+    def judged_stream(self, stream: GatingStream, left: bool, now: float) -> None:
+        """A gated stream's iteration ended (`now`: the loop's clock): when it read and
+        held, and what the gate decided (`left`: the client left first: abandoned)."""
+        self.first_read_at = stream.first_read_at
+        self.held_from = stream.held_from
+        if self.held_from is not None:
+            self.held_until = now
+        if left:
+            self.outcome = "abandoned"
+            return
+        self.judged(stream.outcome)
+        if isinstance(stream.outcome, Refused):
+            self.incomplete = stream.outcome.refusal.kind in _INCOMPLETE
+
     def observe(self, event: Event) -> None:
-        """An observer of the gate (`GatingStream`, `judge_whole`): keeps the usage the
-        response stated."""
+        """An observer of the gate (`GatingStream`, `judge_whole`), once per event: keeps
+        the usage and the model the response stated (its finish comes with the decision:
+        the gate tells no observer of `ResponseCompleted`, see `judged`)."""
         if type(event) is UsageReported:
             self.usage = event.usage
+        elif type(event) is ResponseStarted:
+            model = getattr(event, "model", None)  # where the event carries it
+            if type(model) is str:
+                self.response_model = model
 
     def record(self, redact: Callable[[str], str]) -> ProxyRecord:
         ended = self.started if self.ended is None else self.ended

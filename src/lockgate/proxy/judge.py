@@ -29,8 +29,9 @@ from ..gate import Decision, GateLimits, ResponseGate
 from ..gateway import Gateway, Refusal
 from ..http import describe
 from ..providers.base import Provider
-from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent, SSEFramer, canonical_frame
+from ..sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent
 from ..transport import check_timeout
+from .framing import Framing, SSEFraming
 
 __all__ = [
     "DEFAULT_KEEPALIVE_SECONDS",
@@ -222,7 +223,7 @@ class _Judge:
         "deadline_at",
         "decision",
         "decoder",
-        "framer",
+        "framing",
         "gate",
         "gateway",
         "held",
@@ -248,6 +249,7 @@ class _Judge:
         max_held: int = 0,
         budget: HeldBudget | None = None,
         hold_preamble: bool = False,
+        framing: Framing | None = None,
     ) -> None:
         self.gateway = gateway
         self.terminal_only = hold == "terminal"
@@ -255,7 +257,9 @@ class _Judge:
         self.held_bytes = 0
         self.budget = budget  # shared by every stream of the process, if any
         self.budgeted = 0  # what this stream took of it
-        self.framer = SSEFramer(max_event_bytes)
+        # The wire under the judge (SSE unless the caller names another): frames in, the
+        # client's bytes out.
+        self.framing = framing if framing is not None else SSEFraming(gateway, max_event_bytes)
         self.decoder = gateway.new_decoder()
         self.gate = gate
         self.clock = clock
@@ -282,17 +286,17 @@ class _Judge:
     def take(self, chunk: bytes) -> None:
         """Judge the frames a read completed; raise ResponseFailure to refuse."""
         if len(chunk) <= READ_SLICE_BYTES:
-            self._frames(self.framer.feed(chunk))
+            self._frames(self.framing.feed(chunk))
         else:  # a huge read is framed a slice at a time, the deadline looked at between
             for start in range(0, len(chunk), READ_SLICE_BYTES):
-                self._frames(self.framer.feed(chunk[start : start + READ_SLICE_BYTES]))
+                self._frames(self.framing.feed(chunk[start : start + READ_SLICE_BYTES]))
                 self._check_deadline()
         self._check_deadline()
 
     def end(self) -> bytes:
         """The body ended cleanly: the judgement's last steps; the bytes to release."""
-        self._frames(self.framer.finish())
-        if self.framer.cut:
+        self._frames(self.framing.finish())
+        if self.framing.cut:
             raise ResponseFailure(
                 FailureKind.STREAM_ENDED,
                 "the body ended inside an SSE event (the stream was cut); nothing executed",
@@ -325,6 +329,7 @@ class _Judge:
 
     def _frames(self, frames: list[RawFrame]) -> None:
         gateway = self.gateway
+        framing = self.framing
         decoder = self.decoder
         gate = self.gate
         for number, frame in enumerate(frames, 1):
@@ -333,7 +338,9 @@ class _Judge:
             event = frame.event
             if event is None:  # no data line: nothing to decode, nothing a client may read
                 if frame.keepalive:  # an upstream comment: the gateway's own keep-alive
-                    self.out.append(gateway.keepalive())
+                    keepalive = framing.keepalive()
+                    if keepalive is not None:
+                        self.out.append(keepalive)
                 continue  # `id:`, `retry:`, fields no reader agrees on: dropped
             hold = self.holding
             unreadable = gateway.unreadable_action(event)
@@ -341,12 +348,12 @@ class _Judge:
                 raise ResponseFailure(FailureKind.UNSUPPORTED_OUTPUT, unreadable)
             # What the client will read of this event (None: nothing, as the decoder reads
             # nothing of it); an event no form can carry unambiguously refuses the stream.
-            sent = None if gateway.skipped(event) else canonical_frame(event)
+            sent = None if gateway.skipped(event) else framing.encode(frame)
             decoded_events = decoder.decode(event)
             rewritten = decoder.canonical_data()
             if rewritten is not None and sent is not None:
                 # What the readers read differently, removed: what the decoder read.
-                sent = canonical_frame(ServerSentEvent(event.event, rewritten))
+                sent = framing.frame(ServerSentEvent(event.event, rewritten))
             for decoded in decoded_events:
                 kind = type(decoded)
                 if kind is ToolCallStarted:

@@ -19,7 +19,7 @@ from ..credentials import Redactor
 from ..gateway import Gateway, Refusal
 from ..http import describe
 from .access import quoted
-from .engine import Refused, capped_body
+from .engine import Refused, WholeVerdict, capped_body
 from .flow import Flow
 from .routes import owner
 from .timers import _WriteWatchdog
@@ -29,15 +29,20 @@ __all__ = [
     "DONT_RETRY",
     "Responder",
     "close_quietly",
+    "error_status",
     "failed",
+    "late_status",
     "malformed",
     "reject",
     "reserved",
+    "too_long_a_wait",
     "unjudged",
+    "whole",
 ]
 
 # Said on a final answer after spent retries, so that the client's own do not multiply them.
 DONT_RETRY = ("x-should-retry", "false")
+_WAIT_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry"})
 
 
 # --- the proxy's own answers -----------------------------------------------------------------
@@ -119,6 +124,72 @@ def unjudged(
     if spent:
         headers[DONT_RETRY[0]] = DONT_RETRY[1]
     return web.Response(status=502, body=gateway.error_body(refusal), headers=headers), refusal
+
+
+def error_status(status: int, body: bytes, headers: CIMultiDict[str]) -> web.Response:
+    """An upstream's error status read whole (under the cap), passed as it came."""
+    return web.Response(status=status, body=body, headers=headers)
+
+
+def too_long_a_wait(
+    flow: Flow,
+    speaker: Gateway,
+    status: int,
+    headers: CIMultiDict[str],
+    wait: float,
+    max_wait: float,
+) -> tuple[web.Response, Refusal]:
+    """An error status whose server asks for a wait longer than the route's `max_wait`:
+    neither waited nor passed on; the client is told not to retry, the wait in the message
+    (and the refusal, for a stream whose head already went)."""
+    message = (
+        f"lockgate proxy: the upstream answered HTTP {status} and asks to wait "
+        f"{wait:g} s before a new request, longer than this route waits "
+        f"({max_wait:g} s): not retried, do not retry"
+    )
+    flow.reason = f"opening: {message}"
+    sent = CIMultiDict(
+        (name, value)
+        for name, value in headers.items()
+        if name.lower() not in _WAIT_HEADERS and name.lower() != "content-type"
+    )
+    sent["content-type"] = "application/json"
+    sent[DONT_RETRY[0]] = DONT_RETRY[1]
+    error = speaker.client_error_body(status, message)
+    return web.Response(status=status, body=error, headers=sent), Refusal(
+        "opening", message, False, 0
+    )
+
+
+def late_status(
+    flow: Flow, status: int, body: bytes | None, transient: bool, redact: Redactor
+) -> tuple[web.Response, Refusal]:
+    """An error status after the client's head went out (a keep-alive before a retry):
+    neither its status nor its body can follow that head, so it becomes the refusal the
+    open stream ends with (`Responder.refuse_in_stream`), which says the status and the
+    upstream's message."""
+    excerpt = ""
+    if body:
+        excerpt = f": {quoted(body.decode('utf-8', 'replace'), 300)}"
+    reason = redact(f"the upstream answered HTTP {status}{excerpt}")
+    flow.outcome = "error"
+    flow.reason = f"opening: {reason}"
+    return web.Response(status=status), Refusal(
+        "opening", f"lockgate proxy: {reason}", transient, 0
+    )
+
+
+def whole(verdict: WholeVerdict, headers: CIMultiDict[str], *, spent: bool) -> web.Response:
+    """A whole answer judged: accepted, the upstream's body with its headers; refused, the
+    verdict's error body (told not to retry when the proxy spent its retries)."""
+    if isinstance(verdict.outcome, Refused):
+        sent = CIMultiDict(verdict.headers)
+        if spent:
+            sent[DONT_RETRY[0]] = DONT_RETRY[1]
+        return web.Response(
+            status=verdict.status, body=verdict.body, content_type="application/json", headers=sent
+        )
+    return web.Response(status=verdict.status, body=verdict.body, headers=headers)
 
 
 def malformed(
@@ -282,6 +353,26 @@ class Responder:
         finally:
             await close_quietly(pieces)
         return await self.end()
+
+    async def refuse_in_stream(
+        self, gateway: Gateway | None, refusal: Refusal | None
+    ) -> web.StreamResponse:
+        """The proxy's own answer (an error status, no answer, a refusal) when the client's
+        head already went (an upstream comment passed on as a keep-alive while a retry was
+        possible): a second head cannot follow it, nor an error body inside the stream. The
+        open stream ends with the protocol's refusal frame, which the client's SDK raises;
+        the log keeps the status that was sent."""
+        flow = self._flow
+        assert self.response is not None
+        flow.status = self.response.status
+        if refusal is None or gateway is None:  # never expected: every such answer says
+            refusal = Refusal(
+                "internal_error", "lockgate proxy: the response failed after it began", False, 0
+            )
+        assert gateway is not None
+        if flow.outcome not in ("error", "refused", "withheld"):
+            flow.outcome = "error"
+        return await self.refused_in_stream(gateway.refusal_frame(refusal, None))
 
     async def refused_in_stream(self, frame: bytes) -> web.StreamResponse:
         """The proxy's own answer when the client's head already went: the open stream ends

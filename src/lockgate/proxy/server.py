@@ -1,10 +1,11 @@
 """`lockgate proxy`'s server: the gate on the wire, between any client and its providers.
 
-An aiohttp server. Each request is one `Flow` (`flow.py`), observed by the proxy's hooks
-(the log, the metrics), admitted or refused by `admit.py`, and, once admitted, one
-`ProxyExchange` (`exchange.py`) through the route that serves its path; every answer, the
-proxy's own too, leaves through `respond.py`. The stages get what they need of the process
-in `admit.Shared`, never through the server:
+An aiohttp server, the HTTP listener: each request (but the reserved paths, answered here) is
+one `ProxyExchange` (`exchange.py`) with its `Flow` (`flow.py`), taken once through the
+stages in the order `pipeline.run` writes: admitted or refused (`admit.py`), sent upstream
+and its answer sorted, gated or judged (`attempt.py`), every answer, the proxy's own too,
+written by `respond.py`; the proxy's hooks (the log, the metrics) and its tracer observe it.
+The stages get what they need of the process in `admit.Shared`, never through the server:
 
 - **Reserved paths**, never forwarded: `GET /healthz` (200 while the process serves),
   `GET /readyz` (200 when the routes are configured and the proxy is not stopping, 503
@@ -60,7 +61,8 @@ from aiohttp.web_request import BaseRequest
 from ..cassette.recorder import CassetteRecorder
 from ..credentials import Redactor
 from ..grammar import prepare as prepare_grammars
-from . import admit
+from ..telemetry import NO_TRACING, Tracing
+from . import pipeline
 from .access import TOKEN_HEADER, Access, host_name_problem
 from .admit import MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES, Shared
 from .admit import MAX_SCHEMA_NOTES as MAX_SCHEMA_NOTES
@@ -80,17 +82,9 @@ from .config import (
 from .engine import HeldBudget
 from .environment import config_from_environment, startup_settings
 from .exchange import ProxyExchange
-from .flow import (
-    Flow,
-    FlowHook,
-    LogHook,
-    Outcome,
-    ProxyRecord,
-    notify_done,
-    notify_started,
-)
-from .respond import malformed, reject, reserved
-from .routes import PathProblem, plain_path, route
+from .flow import Flow, FlowHook, LogHook, Outcome, ProxyRecord, notify_done
+from .respond import malformed, reserved
+from .routes import PathProblem, plain_path
 from .upstream import RouteRuntime as RouteRuntime
 from .upstream import UpstreamRuntime as UpstreamRuntime
 from .upstream import open_session, route_runtime
@@ -254,6 +248,7 @@ class ProxyServer:
         log: Callable[[ProxyRecord], None] | None = None,
         warn: Callable[[str], None] | None = None,
         hooks: Sequence[FlowHook] = (),
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         if isinstance(settings, ProxyConfig):
             settings = settings.settings()
@@ -269,14 +264,47 @@ class ProxyServer:
         self.unusable_schemas = shared.unusable_schemas  # (tool, problem) said once
         self.recorder = shared.recorder
         self.accepts = _AcceptWatch(self.warn)
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.active = 0
-        self.answered = 0
+        shared.tracing = tracing
+        shared.grace = settings.grace_seconds
         self.started = False
-        self.stopping = False
         self.drain_until: float | None = None  # when the drain's grace ends (loop time)
-        self.cutting = False
-        self.grace = settings.grace_seconds
+
+    # --- in flight (kept in `Shared`: the pipeline counts, admission reads) ---------------
+
+    @property
+    def stopping(self) -> bool:
+        return self.shared.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        self.shared.stopping = value
+
+    @property
+    def grace(self) -> float:
+        return self.shared.grace
+
+    @grace.setter
+    def grace(self, value: float) -> None:
+        self.shared.grace = value
+
+    @property
+    def cutting(self) -> bool:
+        return self.shared.cutting
+
+    @property
+    def active(self) -> int:
+        """The requests admitted and not ended."""
+        return self.shared.active
+
+    @property
+    def answered(self) -> int:
+        """The requests answered (a reserved path's not counted)."""
+        return self.shared.answered
+
+    @property
+    def tasks(self) -> set[asyncio.Task[Any]]:
+        """The tasks of the requests in flight."""
+        return self.shared.tasks
 
     @property
     def session(self) -> aiohttp.ClientSession | None:
@@ -365,7 +393,7 @@ class ProxyServer:
         if pending and left > 0:
             await asyncio.wait(pending, timeout=left)
         if self.tasks:
-            self.cutting = True
+            self.shared.cutting = True
             for task in self.tasks:
                 task.cancel()
             await asyncio.wait(set(self.tasks), timeout=5)
@@ -378,6 +406,8 @@ class ProxyServer:
     # --- one request -----------------------------------------------------------------
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        """One request: a reserved path answered here, any other as one `ProxyExchange`
+        through the stages (`pipeline.run`)."""
         raw_path = request.rel_url.raw_path
         try:
             path = plain_path(raw_path)
@@ -386,70 +416,9 @@ class ProxyServer:
             path, path_problem = raw_path, str(exc)
         if path_problem is None and path in RESERVED_PATHS:
             return self.handle_reserved(request, path)
-        query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
-        shared = self.shared
-        served = admit.route_of(shared, path) if path_problem is None else None
-        runtime, forwarded = served if served is not None else (self.routes[0], path)
-        routed = route(request.method, forwarded, query) if served is not None else None
-        entry = routed.provider if routed is not None else None
-        target = routed.target if routed is not None else None
-        loop = asyncio.get_running_loop()
-        flow = Flow(
-            request.method,
-            path,
-            entry.name if entry else None,
-            loop.time(),
-            runtime.settings.name if served is not None else "",
-            forwarded,
-        )
-        task = asyncio.current_task()
-        counted = False
-        try:
-            problem = admit.refusal(
-                shared,
-                request,
-                raw_path,
-                path_problem,
-                served,
-                forwarded,
-                query,
-                routed,
-                stopping=self.stopping,
-                active=self.active,
-            )
-            if problem is not None:
-                status, message = problem
-                speaker = admit.speaker(entry, request, flow.upstream_path or flow.path)
-                return reject(flow, speaker, status, message, stopping=self.stopping)
-            self.active += 1
-            counted = True
-            if task is not None:
-                self.tasks.add(task)
-            notify_started(self.hooks, flow)
-            gateway = entry.gateway() if entry and entry.gateway else None
-            speaker = admit.speaker(entry, request, flow.upstream_path)
-            body = await admit.read_body(shared, request, flow, runtime, gateway, speaker)
-            if isinstance(body, web.StreamResponse):
-                return body
-            exchange = ProxyExchange(
-                shared, request, flow, runtime, entry, gateway, target, speaker, body
-            )
-            return await exchange.run()
-        except asyncio.CancelledError:
-            if self.cutting:
-                flow.outcome = "cut"
-                flow.reason = f"the proxy stopped: cut after the {self.grace:g} s grace period"
-            else:
-                flow.outcome = "abandoned"
-            raise
-        finally:
-            if counted:
-                self.active -= 1
-                if task is not None:
-                    self.tasks.discard(task)
-            self.answered += 1
-            flow.ended = loop.time()
-            notify_done(self.hooks, flow)
+        flow = Flow(request.method, path, None, asyncio.get_running_loop().time())
+        exchange = ProxyExchange(request, flow, raw_path, path_problem)
+        return await pipeline.run(exchange, self.shared, self.hooks)
 
     def handle_reserved(self, request: web.Request, path: str) -> web.Response:
         """The proxy's own paths: health, readiness, metrics (never forwarded)."""
@@ -477,7 +446,7 @@ class ProxyServer:
         flow = Flow("-", "-", None, loop.time())
         response = malformed(flow, status, exc, message)
         flow.ended = loop.time()
-        self.answered += 1
+        self.shared.answered += 1
         notify_done(self.hooks, flow)
         return response
 
@@ -564,13 +533,15 @@ async def serving(
     log: Callable[[ProxyRecord], None] | None = None,
     warn: Callable[[str], None] | None = None,
     hooks: Sequence[FlowHook] = (),
+    tracing: Tracing = NO_TRACING,
 ) -> AsyncIterator[RunningProxy]:
     """A proxy listening on its host and port for the duration of the block (then stopped
     with its grace). `log` is called once per request, when it ends; `warn` with a line
     about the server itself (connections it cannot accept, a schema it cannot use; default:
-    the `lockgate.proxy` logger); `hooks` see every flow. An address that cannot be bound
+    the `lockgate.proxy` logger); `hooks` see every flow; `tracing` is told of each admitted
+    request and its attempts (default: off). An address that cannot be bound
     raises OSError before the block; a secret that cannot be read, `config.ConfigError`."""
-    state = ProxyServer(config, log, warn, hooks)
+    state = ProxyServer(config, log, warn, hooks, tracing)
     runner = state.runner()
     await runner.setup()
     settings = state.settings

@@ -47,6 +47,7 @@ __all__ = [
     "route_runtime",
     "transfer_coding_problem",
     "upstream_headers",
+    "upstream_name",
     "upstream_timeout",
     "upstream_url",
 ]
@@ -281,6 +282,7 @@ class UpstreamRuntime:
     model: str | None = None
     index: int = 0
     redactor: Redactor | None = field(default=None, repr=False)
+    name: str = ""  # how observers name it: its host (and port, when the URL says one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +297,16 @@ class RouteRuntime:
     client_redactor: Redactor | None = field(default=None, repr=False)
 
 
+def upstream_name(url: str) -> str:
+    """An upstream as observers name it: its host, and its port when the URL states one
+    (never its path, its query or credentials)."""
+    parsed = URL(url)
+    host = parsed.raw_host or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{parsed.explicit_port}" if parsed.explicit_port is not None else host
+
+
 def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
     """A route with its keys read (each added to `secrets`)."""
     upstreams: list[UpstreamRuntime] = []
@@ -305,7 +317,15 @@ def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
         header = None if upstream.key_header == "auto" else upstream.key_header
         redactor = Redactor([key]) if key is not None else None
         upstreams.append(
-            UpstreamRuntime(upstream.url, key, header, upstream.model, index, redactor)
+            UpstreamRuntime(
+                upstream.url,
+                key,
+                header,
+                upstream.model,
+                index,
+                redactor,
+                upstream_name(upstream.url),
+            )
         )
     keys = [item.key for item in upstreams if item.key is not None]
     timeout = upstream_timeout(route.gating.idle_timeout)

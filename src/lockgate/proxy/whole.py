@@ -1,11 +1,13 @@
-"""A whole (non-streaming) answer through the gate (`judge_whole`): the gateway writes the
-stream the answer is the snapshot of, and the judge the stream is judged by reads it; the
-verdict (`WholeVerdict`) is what the client receives. `engine` re-exports these names."""
+"""A whole (non-streaming) answer through the gate: its body read under the cap and the
+deadline (`read_whole`), then judged (`judge_whole`): the gateway writes the stream the
+answer is the snapshot of, and the judge the stream is judged by reads it; the verdict
+(`WholeVerdict`) is what the client receives. `engine` re-exports the judging names."""
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,7 @@ from ..jsonlimits import parse_event
 from ..providers.base import Provider
 from .judge import Accepted, GatingOptions, Outcome, _gateway, _Judge, _refused, _unchanged
 
-__all__ = ["MAX_WHOLE_BYTES", "WholeVerdict", "judge_whole"]
+__all__ = ["MAX_WHOLE_BYTES", "WholeVerdict", "judge_whole", "read_whole"]
 
 MAX_WHOLE_BYTES = 32 * 1024 * 1024  # a non-streaming body is read under this cap
 
@@ -82,3 +84,16 @@ def judge_whole(
         return WholeVerdict(refused, 502, gateway.error_body(refused.refusal), advice)
     assert judge.decision is not None
     return WholeVerdict(Accepted(judge.decision), status, body)
+
+
+async def read_whole(chunks: AsyncIterator[bytes], deadline: float) -> bytes:
+    """A whole answer's body, read by `deadline` (a loop time: TimeoutError) and up to just
+    past `MAX_WHOLE_BYTES` (`judge_whole` then refuses it as too large); whatever reading it
+    raises goes on (a body that broke off)."""
+    data = bytearray()
+    async with asyncio.timeout_at(deadline):
+        async for chunk in chunks:
+            data += chunk
+            if len(data) > MAX_WHOLE_BYTES:
+                break  # judged as too large
+    return bytes(data)

@@ -36,7 +36,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, suffix_target
+from ...gateway import (
+    ProtocolTarget,
+    Refusal,
+    body_model,
+    declared_tools,
+    event_object,
+    sse_frame,
+    suffix_target,
+)
 from ...sse import ServerSentEvent
 from ..decoding import compact_json, malformed
 from .decoder import AnthropicDecoder
@@ -49,6 +57,7 @@ _NOT_ACTIONS = frozenset({"text", "thinking", "redacted_thinking"})
 # (the SDK skips it, a naive client might not), an event added to the API later.
 _PREVIEW = frozenset({"message_start", "content_block_delta", "content_block_stop", "ping"})
 KEEPALIVE = b'event: ping\ndata: {"type": "ping"}\n\n'
+_KEEPALIVE_EVENT = ServerSentEvent("ping", b'{"type": "ping"}')  # KEEPALIVE, as an event
 # Messages on Vertex AI (Claude Code with CLAUDE_CODE_USE_VERTEX, the SDK's AnthropicVertex):
 # `…/publishers/anthropic/models/{model}:streamRawPredict` streams, `:rawPredict` does not.
 _VERTEX = re.compile(
@@ -121,6 +130,10 @@ class AnthropicGateway:
             return path, {**request, "model": model}
         start, end = vertex.span("model")  # Vertex AI names the model in the path
         return path[:start] + model + path[end:], dict(request)
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        vertex = _VERTEX.search(path.rstrip("/"))
+        return body_model(request) if vertex is None else vertex.group("model")
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
@@ -201,8 +214,16 @@ class AnthropicGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return _KEEPALIVE_EVENT
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        return _frame("error", _error(refusal))
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        return [_event("error", _error(refusal))]
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
@@ -213,9 +234,12 @@ def _error(refusal: Refusal) -> dict[str, Any]:
     return {"type": "error", "error": error}
 
 
+def _event(name: str, payload: Mapping[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(name, compact_json(dict(payload)).encode("utf-8", "backslashreplace"))
+
+
 def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
-    data = compact_json(dict(payload)).encode("utf-8", "backslashreplace")
-    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+    return sse_frame(_event(name, payload))
 
 
 def _client_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:

@@ -29,7 +29,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, suffix_target
+from ...gateway import (
+    ProtocolTarget,
+    Refusal,
+    body_model,
+    declared_tools,
+    event_object,
+    sse_frame,
+    suffix_target,
+)
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
@@ -92,6 +100,9 @@ class ChatGateway:
         self, path: str, request: Mapping[str, Any], model: str
     ) -> tuple[str, dict[str, Any]]:
         return path, {**request, "model": model}
+
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        return body_model(request)
 
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
@@ -161,8 +172,16 @@ class ChatGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return None  # the framing's own
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        return _frame(_error(refusal))
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        return [ServerSentEvent(None, _frame_data(_error(refusal)))]
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
@@ -175,8 +194,12 @@ def _error(refusal: Refusal) -> dict[str, Any]:
     return {"error": error}
 
 
+def _frame_data(payload: Mapping[str, Any]) -> bytes:
+    return compact_json(dict(payload)).encode("utf-8", "backslashreplace")
+
+
 def _frame(payload: Mapping[str, Any]) -> bytes:
-    return b"data: " + compact_json(dict(payload)).encode("utf-8", "backslashreplace") + b"\n\n"
+    return b"data: " + _frame_data(payload) + b"\n\n"
 
 
 def _as_chunk_choice(choice: object, place: int) -> object:

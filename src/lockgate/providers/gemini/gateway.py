@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...conversation import ToolSpec
-from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object
+from ...gateway import ProtocolTarget, Refusal, declared_tools, event_object, sse_frame
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from .decoder import GeminiDecoder
@@ -168,6 +168,10 @@ class GeminiGateway:
         start, end = found.span("model")  # the path names the model
         return path[:start] + model + path[end:], dict(request)
 
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        found = _REQUEST.search(path.rstrip("/"))
+        return None if found is None else found.group("model")
+
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
@@ -244,8 +248,16 @@ class GeminiGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return None  # the framing's own
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
-        return _frame(_error(refusal))
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
+        return [ServerSentEvent(None, _frame_data(_error(refusal)))]
 
 
 def _field(mapping: Mapping[str, Any], *names: str) -> Any:

@@ -49,7 +49,15 @@ from typing import Any
 
 from ...conversation import ToolSpec
 from ...events import CALL_CUSTOM
-from ...gateway import ProtocolTarget, Refusal, declared_tool, event_object, suffix_target
+from ...gateway import (
+    ProtocolTarget,
+    Refusal,
+    body_model,
+    declared_tool,
+    event_object,
+    sse_frame,
+    suffix_target,
+)
 from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
@@ -139,6 +147,9 @@ class ResponsesGateway:
     ) -> tuple[str, dict[str, Any]]:
         return path, {**request, "model": model}
 
+    def request_model(self, path: str, request: Mapping[str, Any]) -> str | None:
+        return body_model(request)
+
     def tools(
         self, request: Mapping[str, Any], *, validate_schemas: bool = False
     ) -> tuple[ToolSpec, ...]:
@@ -208,7 +219,15 @@ class ResponsesGateway:
     def keepalive(self) -> bytes:
         return KEEPALIVE
 
+    def keepalive_event(self) -> ServerSentEvent | None:
+        return None  # the framing's own
+
     def refusal_frame(self, refusal: Refusal, last: ServerSentEvent | None) -> bytes:
+        return b"".join(sse_frame(event) for event in self.refusal_events(refusal, last))
+
+    def refusal_events(
+        self, refusal: Refusal, last: ServerSentEvent | None
+    ) -> list[ServerSentEvent]:
         error = _error(refusal)
         failed = {
             "id": _response_id(last) or "resp_lockgate_refused",
@@ -223,7 +242,7 @@ class ResponsesGateway:
         if number is not None:
             first["sequence_number"] = number + 1
             then["sequence_number"] = number + 2
-        return _frame("error", first) + _frame("response.failed", then)
+        return [_event("error", first), _event("response.failed", then)]
 
 
 def _error(refusal: Refusal) -> dict[str, Any]:
@@ -235,10 +254,14 @@ def _error(refusal: Refusal) -> dict[str, Any]:
     }
 
 
-def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
+def _event(name: str, payload: Mapping[str, Any]) -> ServerSentEvent:
     """One event: its name as the `event:` line and as the data's `type`, first."""
     data = compact_json({"type": name, **payload}).encode("utf-8", "backslashreplace")
-    return b"event: " + name.encode() + b"\ndata: " + data + b"\n\n"
+    return ServerSentEvent(name, data)
+
+
+def _frame(name: str, payload: Mapping[str, Any]) -> bytes:
+    return sse_frame(_event(name, payload))
 
 
 def _response_id(event: ServerSentEvent | None) -> str | None:

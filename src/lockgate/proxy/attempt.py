@@ -1,0 +1,550 @@
+"""The proxy's second stage: an admitted request sent to its route's upstream (and, where the
+route allows, again, or to a fall-back, while nothing of the answer has reached the client),
+each answer's head sorted into one mode (pass | error | stream | whole) and taken so: passed,
+gated (`engine.GatingStream`), judged whole (`engine.judge_whole`), every answer written by
+`respond.py`. It owns the retry and back-off rule, the only one (`retryable`).
+
+- **A protocol request** (`routes.route`), its body a JSON object. Its answer: an error
+  status passes with its headers and its body under the error-body cap; a 2xx stream goes
+  through the engine; a 2xx whole answer is judged. A body that is not a JSON object is sent
+  as it is (the upstream's API owns request validation) and its error passes back; a 2xx
+  answer to it cannot be judged and is refused (502).
+- **Anything else** passes unchanged, its answer streamed back as it comes.
+- **Retries** (`RouteRetries`, off unless the route asks): a protocol request whose answer
+  was refused for a transient reason (a 408, 409, 429 or 5xx the provider does not call
+  final; no answer at all; a stream that broke, was cut, fell silent or reported a
+  transient error) is sent again, to the next of the route's upstreams in turn (its
+  fall-backs, then the first again), while nothing of the answer has reached the client:
+  a stream's start is held until its first content event. It waits the retry owner's
+  backoff, or the server's `retry-after` when longer; a wait beyond the route's `max_wait`
+  is not waited and not passed on: the client is told not to retry, the wait in the
+  message. The final answer after spent retries says `x-should-retry: false`, so that the
+  client's own retries do not multiply them. An upstream comment before the first content
+  (OpenRouter's `: OPENROUTER PROCESSING`) goes out as a keep-alive, and with it the head
+  (the exchange is `committed`): retries go on (the client saw nothing of the answer), but
+  a failure after that head (an error status, no answer, a refusal) ends the open stream
+  with the protocol's refusal frame, and the log records the status that was sent.
+- **A held key** goes in its protocol's header (a `key` in the query is the client's:
+  dropped); whatever the upstream echoes of it reaches the client as `[redacted]`, and a
+  stream or whole answer is redacted before it is judged. An answer in a transfer coding
+  other than chunked (never asked for: the proxy sends no `TE`) is refused with a 502, as
+  its bytes would pass still coded, beyond redaction.
+- **Each attempt** is kept on the flow (`flow.AttemptRecord`) and told to the tracer
+  (`RequestTrace.attempt`), whose trace context replaces the client's in what goes upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from ..conversation import ToolSpec
+from ..http import ERROR_BODY_CAP_BYTES, describe
+from ..retry import RetryPolicy, standard_wait
+from ..telemetry import AttemptTrace
+from .access import quoted
+from .admit import Shared, declared_tools
+from .engine import GatingStream, Refused, capped_body, forwarded_headers, gates, judge_whole
+from .exchange import Answer, Mode, ProxyExchange
+from .flow import AttemptRecord
+from .respond import (
+    DONT_RETRY,
+    Responder,
+    close_quietly,
+    error_status,
+    failed,
+    late_status,
+    too_long_a_wait,
+    unjudged,
+    whole,
+)
+from .upstream import (
+    ResumableUpstreamBody,
+    UpstreamBody,
+    UpstreamRuntime,
+    client_credentials,
+    client_headers,
+    decodes,
+    failure_before_answer,
+    finish,
+    transfer_coding_problem,
+    upstream_headers,
+    upstream_url,
+)
+from .whole import read_whole
+
+__all__ = ["OFFLOAD_BYTES", "attempts", "mode", "retryable"]
+
+OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the event loop
+# The retry owner's backoff between attempts (its jitter and growth; the route's `max_wait`
+# bounds a server's wait instead).
+_BACKOFF = RetryPolicy(attempts=11, base_delay=0.25, max_delay=8.0)
+
+
+def _json(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+class _Retry(Exception):
+    """This attempt's answer was refused for a transient reason, unseen: try again (`why`:
+    a short kind, for the flow's record of the attempt)."""
+
+    def __init__(self, why: str, wait: float | None = None) -> None:
+        super().__init__(why)
+        self.why = why
+        self.wait = wait
+
+
+def retryable(x: ProxyExchange, transient: bool = True, wait: float | None = None) -> bool:
+    """The one retry rule: a protocol request, its route's retries not spent, a `transient`
+    failure, a server's `wait` (None: none asked) within the route's `max_wait`, and nothing
+    of this answer seen by the client. A head already `committed` does not stop it while it
+    carried only keep-alives (`x.seen` says content went); after it, a failure ends the open
+    stream in-band (`Responder.refuse_in_stream`) instead of a second head."""
+    assert x.route is not None
+    retries = x.route.settings.retries
+    return (
+        transient
+        and x.gateway is not None
+        and x.attempt < retries.attempts
+        and not x.seen
+        and (wait is None or wait <= retries.max_wait)
+    )
+
+
+def mode(x: ProxyExchange, status: int) -> Mode:
+    """An answer head's one mode: passed (not a protocol request), an error status, a 2xx
+    stream through the gate, a 2xx whole answer judged (`engine.gates`)."""
+    if x.gateway is None or x.entry is None:
+        return "pass"
+    if not 200 <= status < 300:
+        return "error"
+    parsed, target = x.parsed, x.target
+    if parsed is not None and target is not None and gates(x.gateway, parsed, status, target):
+        return "stream"
+    return "whole"
+
+
+def _responder(x: ProxyExchange) -> Responder:
+    assert x.respond is not None  # admitted
+    return x.respond
+
+
+async def attempts(x: ProxyExchange, shared: Shared) -> web.StreamResponse:
+    """Each attempt in turn, while the retry rule allows one more; the answer written."""
+    assert x.route is not None
+    route, flow, respond = x.route, x.flow, _responder(x)
+    retries = route.settings.retries
+    x.attempt = 0
+    while True:
+        upstream = route.upstreams[x.attempt % len(route.upstreams)]
+        x.upstream, x.status, x.answer, x.refusal, x.seen = upstream, None, None, None, False
+        flow.retries = x.attempt
+        if upstream.index:
+            flow.fallbacks += 1
+        try:
+            answer = await _attempt(x, shared, upstream)
+        except _Retry as retry:
+            x.attempt += 1
+            wait = _BACKOFF.backoff(x.attempt)
+            if retry.wait is not None:
+                wait = max(wait, retry.wait)
+            await asyncio.sleep(wait)
+            continue
+        flow.retries_exhausted = (
+            retries.attempts > 0 and x.attempt >= retries.attempts and _failed(x)
+        )
+        if respond.response is not None and answer is not respond.response:
+            return await respond.refuse_in_stream(x.gateway, x.refusal)
+        return answer
+
+
+def _failed(x: ProxyExchange) -> bool:
+    """Whether the final answer says the request failed."""
+    flow = x.flow
+    return flow.outcome in ("error", "refused", "withheld") or flow.status >= 400
+
+
+async def _attempt(
+    x: ProxyExchange, shared: Shared, upstream: UpstreamRuntime
+) -> web.StreamResponse:
+    """One attempt, kept on the flow and told to the tracer."""
+    flow = x.flow
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    number = x.attempt + 1
+    trace = x.trace.attempt(number, upstream.name, upstream.index > 0)
+    why: str | None = None
+    try:
+        return await _send(x, shared, upstream, trace)
+    except _Retry as retry:
+        why = retry.why
+        raise
+    finally:
+        status, fallback = x.status, upstream.index > 0
+        record = AttemptRecord(number, upstream.name, fallback, started, loop.time(), status, why)
+        flow.attempts.append(record)
+        error = why if why is not None else _error_type(x)
+        with contextlib.suppress(Exception):  # a tracer that fails never fails a request
+            trace.end(status, error)
+
+
+def _error_type(x: ProxyExchange) -> str | None:
+    """The last attempt's failure, as a short kind (None: it did not fail)."""
+    flow = x.flow
+    if flow.kind is not None and flow.outcome in ("refused", "withheld"):
+        return f"lockgate.{flow.kind}"
+    if x.status is None:
+        return "no_answer"
+    if x.status >= 400 or flow.outcome == "error":
+        return str(x.status)
+    return None
+
+
+async def _send(
+    x: ProxyExchange, shared: Shared, upstream: UpstreamRuntime, trace: AttemptTrace
+) -> web.StreamResponse:
+    assert x.route is not None
+    flow, request, respond = x.flow, x.request, _responder(x)
+    response = await _open(x, shared, upstream, _trace_headers(trace))
+    if isinstance(response, tuple):
+        status, reason = response
+        if retryable(x):
+            raise _Retry("no_answer")
+        return _fail(x, shared, status, reason)
+    x.status = response.status
+    try:
+        encoding = response.headers.get("content-encoding", "")
+        if encoding and encoding.strip().lower() != "identity" and not decodes(encoding):
+            reason = (
+                f"the upstream answered with Content-Encoding {quoted(encoding, 80)}, "
+                "which the proxy cannot decode"
+            )
+            return _fail(x, shared, 502, reason)
+        coding = transfer_coding_problem(response.headers.getall("transfer-encoding", []))
+        if coding is not None:
+            return _fail(x, shared, 502, coding)
+        status = response.status
+        if shared.recorder is not None and x.entry is not None:
+            flow.exchange = shared.recorder.exchange(
+                x.entry.name,
+                upstream.url,
+                request.method,
+                flow.upstream_path,
+                x.parsed,
+                secrets=client_credentials(
+                    request.headers, request.rel_url.query.getall("key", [])
+                ),
+            )
+            flow.exchange.head(status, forwarded_headers(response.headers).items())
+        headers = client_headers(response, upstream.redactor)
+        flow.status = status
+        x.answer = answer = Answer(status, headers, mode(x, status))
+        if answer.mode == "pass":
+            flow.outcome = "forwarded"
+            capped = not 200 <= status < 300
+            return await respond.passed(response, status, headers, capped, upstream.redactor)
+        if answer.mode == "error":
+            return await _error_status(x, shared, response, status, headers)
+        assert x.gateway is not None
+        if x.parsed is None:
+            return _unjudged(
+                x,
+                shared,
+                "malformed_event",
+                "the request is not a JSON object, so its answer cannot be judged",
+            )
+        try:
+            tools = declared_tools(shared, x.gateway, x.parsed, x.route, flow)
+        except Exception as exc:  # a request whose tools cannot be read
+            return _unjudged(x, shared, "internal_error", f"the request's tools ({describe(exc)})")
+        if answer.mode == "stream":
+            return await _gate(x, shared, response, tools, headers, upstream)
+        return await _whole(x, shared, response, tools, headers, upstream)
+    finally:
+        finish(response)
+        if flow.exchange is not None:
+            flow.exchange.decide(flow.verdict)
+            flow.exchange.finish()
+            flow.exchange = None
+
+
+def _trace_headers(trace: AttemptTrace) -> Mapping[str, str]:
+    try:
+        return trace.headers()
+    except Exception:  # a tracer that fails never fails a request
+        return {}
+
+
+async def _open(
+    x: ProxyExchange, shared: Shared, upstream: UpstreamRuntime, traced: Mapping[str, str]
+) -> aiohttp.ClientResponse | tuple[int, str]:
+    """The request sent to `upstream` (its model in place of the request's, for a fall-back
+    that names one), the tracer's context in place of the client's; no answer: the status
+    and the reason the proxy answers with."""
+    assert x.route is not None
+    assert x.body is not None
+    assert x.speaker is not None
+    request = x.request
+    path, body = x.flow.upstream_path, x.body.raw
+    if upstream.model is not None and x.gateway is not None and x.parsed is not None:
+        path, rewritten = x.gateway.with_model(path, x.parsed, upstream.model)
+        body = json.dumps(rewritten).encode()
+    # Per attempt: this upstream's held key replaces the client's credentials (a `key=`
+    # in the query too); the client token never goes, whichever upstream this is.
+    query = shared.access.upstream_query(request.rel_url, held=upstream.key is not None)
+    url = upstream_url(upstream.url, path, None, query)
+    headers = shared.access.without_token(
+        upstream_headers(
+            request.headers,
+            request.headers.getall("connection", []),
+            key=upstream.key,
+            key_header=upstream.key_header or x.speaker.key_header,
+        )
+    )
+    for name, value in traced.items():
+        headers[name] = value  # in place of any the client sent (every case of its name)
+    assert shared.session is not None
+    try:
+        return await shared.session.request(
+            request.method,
+            url,
+            headers=headers,
+            data=body or None,
+            allow_redirects=False,
+            timeout=x.route.client_timeout,
+        )
+    except Exception as exc:  # no answer: cannot connect, or it failed before its head
+        if isinstance(exc, asyncio.CancelledError):  # pragma: no cover
+            raise
+        return failure_before_answer(exc, x.route.settings.gating.idle_timeout)
+
+
+# --- the answer, by its mode --------------------------------------------------------------------
+
+
+async def _error_status(
+    x: ProxyExchange,
+    shared: Shared,
+    response: aiohttp.ClientResponse,
+    status: int,
+    headers: CIMultiDict[str],
+) -> web.StreamResponse:
+    """An error status: passed as it came (its body under the cap), or retried unseen when
+    the provider says a new request may succeed. A server's wait longer than the route's
+    `max_wait` is neither waited nor passed on: the client is told not to retry, the wait in
+    the message; after spent retries, `x-should-retry: false`."""
+    assert x.entry is not None
+    assert x.route is not None
+    assert x.speaker is not None
+    flow, respond, spent = x.flow, _responder(x), x.attempt > 0
+    flow.outcome = "forwarded"
+    max_wait = x.route.settings.retries.max_wait
+    wait = standard_wait(response.headers, time.time())
+    if retryable(x, True, wait):
+        body = await _capped(x, response)
+        if body is not None:
+            failure = x.entry.classify_error(status, _json(body), response.headers)
+            if retryable(x, failure.retryable, failure.retry_after):
+                raise _Retry("status", failure.retry_after)
+            wait = failure.retry_after
+        if wait is None or wait <= max_wait:
+            if body is None:
+                return _fail(x, shared, 502, "the upstream's error body broke off")
+            if respond.committed:
+                return _late_status(x, shared, response, status, body)
+            return error_status(status, body, headers)
+    if wait is not None and wait > max_wait:
+        answer, x.refusal = too_long_a_wait(flow, x.speaker, status, headers, wait, max_wait)
+        return answer
+    if respond.committed:
+        return _late_status(x, shared, response, status, await _capped(x, response))
+    if spent:
+        headers = headers.copy()
+        headers[DONT_RETRY[0]] = DONT_RETRY[1]  # in place of any case of it
+    return await respond.passed(response, status, headers, True, x.route.client_redactor)
+
+
+def _late_status(
+    x: ProxyExchange,
+    shared: Shared,
+    response: aiohttp.ClientResponse,
+    status: int,
+    body: bytes | None,
+) -> web.Response:
+    assert x.entry is not None
+    failure = x.entry.classify_error(
+        status, _json(body) if body is not None else None, response.headers
+    )
+    answer, x.refusal = late_status(x.flow, status, body, failure.retryable, shared.redact)
+    return answer
+
+
+async def _capped(x: ProxyExchange, response: aiohttp.ClientResponse) -> bytes | None:
+    """An error body, its first `ERROR_BODY_CAP_BYTES` (None: it broke off)."""
+    assert x.route is not None
+    pieces: list[bytes] = []
+    body = UpstreamBody(response, x.flow.exchange, x.route.client_redactor)
+    try:
+        async for piece in capped_body(body, ERROR_BODY_CAP_BYTES):
+            pieces.append(piece)
+    except Exception:
+        return None
+    return b"".join(pieces)
+
+
+async def _gate(
+    x: ProxyExchange,
+    shared: Shared,
+    upstream: aiohttp.ClientResponse,
+    tools: Sequence[ToolSpec],
+    headers: CIMultiDict[str],
+    runtime: UpstreamRuntime,
+) -> web.StreamResponse:
+    """The 2xx stream through the engine. With a retry left, the head and the stream's
+    start wait for its first content: a transient refusal before it is retried unseen."""
+    assert x.entry is not None
+    assert x.parsed is not None
+    assert x.route is not None
+    flow, respond = x.flow, _responder(x)
+    can_retry = retryable(x)
+    # Redacted before it is judged: the client reads what the gate judged. Unless it is
+    # recorded (a tap reads it), the engine reads it in its own task, its one timer
+    # bounding the silence (`engine.ResumableBody`).
+    body = (
+        ResumableUpstreamBody(upstream, runtime.redactor)
+        if flow.exchange is None
+        else UpstreamBody(upstream, flow.exchange, runtime.redactor)
+    )
+    stream = GatingStream(
+        x.entry,
+        x.parsed,
+        body,
+        x.route.settings.gating,
+        observer=flow.observe,
+        redact=shared.redact,
+        started_at=flow.started,
+        budget=shared.held,
+        tools=tools,
+        hold_preamble=can_retry,
+        framing=x.target.framing if x.target is not None else "sse",  # the wire's
+    )
+    response = None if can_retry else await respond.commit(flow.status, headers)
+    pieces = aiter(stream)
+    left = False
+    try:
+        async for piece in pieces:
+            x.seen = stream.sent_content
+            outcome = stream.outcome
+            if (
+                isinstance(outcome, Refused)
+                and can_retry
+                and retryable(x, outcome.refusal.transient)
+            ):
+                flow.judged(outcome)
+                flow.incomplete = True
+                raise _Retry(outcome.refusal.kind)  # the refusal frame is not sent: unseen
+            if response is None:
+                response = await respond.commit(flow.status, headers)
+            await respond.write(piece)
+    except ConnectionError:  # the client left (or stopped reading): not an outcome
+        left = True
+        respond.abort()
+        return response or web.Response(status=499)
+    finally:
+        await close_quietly(pieces)
+        flow.judged_stream(stream, left, asyncio.get_running_loop().time())
+    if response is None:  # an empty body judged (accepted or refused): its head now
+        await respond.commit(flow.status, headers)
+    return await respond.end()
+
+
+async def _whole(
+    x: ProxyExchange,
+    shared: Shared,
+    upstream: aiohttp.ClientResponse,
+    tools: Sequence[ToolSpec],
+    headers: CIMultiDict[str],
+    runtime: UpstreamRuntime,
+) -> web.StreamResponse:
+    """A 2xx whole answer, read under the cap and the deadline and judged."""
+    assert x.entry is not None
+    assert x.parsed is not None
+    assert x.route is not None
+    flow, spent = x.flow, x.attempt > 0
+    options = x.route.settings.gating
+    chunks: AsyncIterator[bytes] = upstream.content.iter_any()
+    if flow.exchange is not None:
+        chunks = flow.exchange.tap(chunks)
+    try:
+        body = await read_whole(chunks, flow.started + options.deadline)
+    except TimeoutError:
+        if retryable(x):
+            raise _Retry("deadline") from None
+        reason = f"no complete response within the {options.deadline:g} s deadline"
+        return _unjudged(x, shared, "deadline", reason, transient=True, spent=spent)
+    except Exception as exc:
+        if retryable(x):
+            raise _Retry("transport") from None
+        reason = f"the body broke off ({describe(exc)})"
+        return _unjudged(x, shared, "transport", reason, transient=True, spent=spent)
+    if runtime.redactor is not None:  # judged as the client will read it
+        body = runtime.redactor.redact_bytes(body)
+    judge = functools.partial(
+        judge_whole,
+        x.entry,
+        x.parsed,
+        body,
+        options,
+        status=flow.status,
+        observer=flow.observe,
+        redact=shared.redact,
+        tools=tools,
+    )
+    verdict = await asyncio.to_thread(judge) if len(body) > OFFLOAD_BYTES else judge()
+    outcome = verdict.outcome
+    if isinstance(outcome, Refused) and retryable(x, outcome.refusal.transient):
+        raise _Retry(outcome.refusal.kind)
+    flow.judged(outcome)
+    flow.status = verdict.status
+    return whole(verdict, headers, spent=spent)
+
+
+# --- the proxy's own answers, their refusal kept -------------------------------------------------
+
+
+def _fail(x: ProxyExchange, shared: Shared, status: int, reason: str) -> web.StreamResponse:
+    """No answer to pass on (`respond.failed`); its refusal kept for a stream whose head
+    already went."""
+    assert x.speaker is not None
+    answer, x.refusal = failed(
+        x.flow, x.gateway, x.speaker, status, reason, shared.redact, spent=x.attempt > 0
+    )
+    return answer
+
+
+def _unjudged(
+    x: ProxyExchange,
+    shared: Shared,
+    kind: str,
+    reason: str,
+    *,
+    transient: bool = False,
+    spent: bool = False,
+) -> web.Response:
+    assert x.gateway is not None
+    answer, x.refusal = unjudged(
+        x.flow, x.gateway, kind, reason, shared.redact, transient=transient, spent=spent
+    )
+    return answer

@@ -1,0 +1,108 @@
+"""The proxy's stages in their order, written once: `run` takes one request (a `ProxyExchange`
+its listener built) through admission (`admit.py`: the head, then the body), the attempts
+(`attempt.py`: each upstream in turn, its answer gated or judged and written by
+`respond.py`), and tells the observers: the flow's hooks when an admitted request starts and
+when any request ends (in a `finally`), the tracer one request trace per admitted request,
+ended with its summary (`summary`). An observer that fails never fails a request.
+
+It also keeps the process's in-flight count (`Shared.active`, its tasks), which admission
+reads for the limit of requests at once and the listener for stopping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from ..telemetry import RequestSummary, TokenUsage
+from . import admit, attempt
+from .admit import Shared
+from .exchange import ProxyExchange
+from .flow import Flow, FlowHook, notify_done, notify_started
+
+__all__ = ["OPERATIONS", "run", "summary"]
+
+# The GenAI operation of each protocol's requests (the tracer's `gen_ai.operation.name`).
+OPERATIONS = {"gemini": "generate_content"}
+_OPERATION = "chat"  # responses, chat, anthropic
+
+
+async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> web.StreamResponse:
+    """One request through the stages; its answer (written, or to be written by aiohttp)."""
+    flow = x.flow
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    counted = False
+    try:
+        local = admit.admit(x, shared)
+        if local is not None:
+            return local
+        shared.active += 1
+        counted = True
+        if task is not None:
+            shared.tasks.add(task)
+        notify_started(hooks, flow)
+        with contextlib.suppress(Exception):  # a tracer that fails never fails a request
+            x.trace = shared.tracing.request(x.request.headers, flow.started)
+        local = await admit.admit_body(x, shared)
+        if local is not None:
+            return local
+        return await attempt.attempts(x, shared)
+    except asyncio.CancelledError:
+        if shared.cutting:
+            flow.outcome = "cut"
+            flow.reason = f"the proxy stopped: cut after the {shared.grace:g} s grace period"
+        else:
+            flow.outcome = "abandoned"
+        raise
+    finally:
+        if x.respond is not None:
+            x.respond.stop()
+        if counted:
+            shared.active -= 1
+            if task is not None:
+                shared.tasks.discard(task)
+        shared.answered += 1
+        flow.ended = loop.time()
+        notify_done(hooks, flow)
+        if flow.admitted:
+            with contextlib.suppress(Exception):
+                x.trace.end(summary(flow, _streaming(x)))
+
+
+def _streaming(x: ProxyExchange) -> bool:
+    """Whether the request asked for a streamed answer (else: whether it got one)."""
+    if x.gateway is not None and x.parsed is not None and x.target is not None:
+        with contextlib.suppress(Exception):
+            return x.gateway.wants_stream(x.parsed, x.target)
+    return x.answer is not None and x.answer.mode == "stream"
+
+
+def summary(flow: Flow, streaming: bool = True) -> RequestSummary:
+    """What the tracer is told of a request when it ended, read from its flow: low
+    cardinality and secret-free (no path, prompt, argument or key)."""
+    usage = flow.usage
+    ended = flow.started if flow.ended is None else flow.ended
+    refused = flow.kind is not None and flow.outcome in ("refused", "withheld")
+    return RequestSummary(
+        protocol=flow.protocol,
+        operation=OPERATIONS.get(flow.protocol or "", _OPERATION),
+        route=flow.route,
+        outcome=flow.outcome,
+        started=flow.started,
+        ended=ended,
+        status=flow.status,
+        request_model=flow.request_model,
+        response_model=flow.response_model,
+        finish_reasons=(flow.finish_reason,) if flow.finish_reason else (),
+        usage=(None if usage is None else TokenUsage(usage.input_tokens, usage.output_tokens)),
+        error_type=f"lockgate.{flow.kind}" if refused else None,
+        first_token_at=flow.first_sent_at,
+        released_calls=flow.calls,
+        withheld_calls=flow.withheld,
+        retries=flow.retries,
+        streaming=streaming,
+    )
