@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from lockgate.lab.server import serve_script
+from lockgate.proxy.attempt import failed_as_retried
 from lockgate.proxy.config import ProxySettings, RouteRetries
 from lockgate.proxy.flow import Flow, Outcome
-from lockgate.proxy.metrics import ProxyMetrics, retries_exhausted
+from lockgate.proxy.metrics import ProxyMetrics
 from lockgate.proxy.server import serving
 from lockgate.scripted.reply import OpeningError
 from lockgate.scripted.script import Turn
@@ -48,31 +49,19 @@ def _flow(outcome: Outcome, retries: int, status: int = 200, incomplete: bool = 
         (_flow("forwarded", 2, 503), True),
         (_flow("forwarded", 1, 429), True),
         (_flow("refused", 1, 200, incomplete=True), True),  # the last stream was cut
-        (_flow("error", 0, 502), False),  # never retried: nothing was spent
+        (_flow("error", 0, 502), True),  # whether retries were left is the loop's to say
         (_flow("forwarded", 2, 400), False),  # an error no retry is tried for
         (_flow("passed", 2), False),  # the retry succeeded
         (_flow("withheld", 1), False),  # refused on its merits after a retry
         (_flow("abandoned", 1), False),  # the client left
     ],
 )
-def test_retries_exhausted_is_read_from_what_the_flow_ended_as(flow: Flow, exhausted: bool) -> None:
-    assert retries_exhausted(flow) is exhausted
-
-
-class _SaysSo:
-    """A flow that says whether its retries were exhausted (`Flow.retries_exhausted`)."""
-
-    def __init__(self, said: bool) -> None:
-        self.retries_exhausted = said
-        self.retries = 1
-        self.outcome = "error"
-        self.status = 502
-        self.incomplete = False
-
-
-def test_a_flow_that_says_whether_its_retries_were_exhausted_is_taken_at_its_word() -> None:
-    assert retries_exhausted(_SaysSo(False)) is False  # type: ignore[arg-type]
-    assert retries_exhausted(_SaysSo(True)) is True  # type: ignore[arg-type]
+def test_a_final_answer_fails_as_a_retry_would_have_been_tried_for(
+    flow: Flow, exhausted: bool
+) -> None:
+    """With its retries spent (the attempt stage checks that), the flow's final answer
+    counts as retries exhausted only for a failure a retry is tried for."""
+    assert failed_as_retried(flow) is exhausted
 
 
 async def test_a_route_whose_upstream_fails_every_attempt_counts_its_retries_exhausted() -> None:

@@ -272,6 +272,8 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
     from ..display import visible
     from ..proxy.config import ConfigError
     from ..proxy.server import serving
+    from ..telemetry import NO_TRACING
+    from .telemetry import environment_tracing
 
     redact = Redactor(SECRETS)
     _quiet_aiohttp()
@@ -298,7 +300,9 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
                 failed.append(exc)
                 interrupted.set()
 
-        context = serving(settings, log, warn)
+        # OpenTelemetry export when `OTEL_*` asks for it (flushed when the proxy stops)
+        tracing = environment_tracing()
+        context = serving(settings, log, warn, tracing=NO_TRACING if tracing is None else tracing)
         try:
             running = await context.__aenter__()
         except OSError as exc:

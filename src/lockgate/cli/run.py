@@ -14,6 +14,7 @@ from .args import base_url, given_provider_options, one_line
 from .codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_OUTPUT, UsageError
 from .output import observer, print_outcome
 from .process import read_api_key, temporary_directory
+from .telemetry import environment_tracing
 
 if TYPE_CHECKING:
     from ..cassette.recorder import CassetteRecorder, RecordingTransport
@@ -130,7 +131,7 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
     redact = Redactor([api_key, *check_recording(args)])  # `--redact-env` values too
     meter = UsageMeter()
     display = observer(args.json, redact)
-    tracing = _tracing()  # OpenTelemetry export, when `OTEL_*` asks for it
+    tracing = environment_tracing()  # OpenTelemetry export, when `OTEL_*` asks for it
     turns = (
         []
         if tracing is None
@@ -194,19 +195,6 @@ async def run_live(args: argparse.Namespace, provider: Provider, options: Any, a
     if outcome.outcome == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_OK if outcome.outcome == "model_finished" else EXIT_FAILED
-
-
-def _tracing() -> OtelTracing | None:
-    """The OpenTelemetry tracer when `OTEL_*` configures one; a usage error (one line) when
-    it is configured but the `otel` extra is not installed."""
-    from ..telemetry.config import TelemetryConfigError, tracing_from_environment
-    from ..telemetry.otel import OtelTracing
-
-    try:
-        tracing = tracing_from_environment(os.environ)
-    except TelemetryConfigError as exc:
-        raise UsageError(str(exc).removeprefix("lockgate: ")) from None
-    return tracing if isinstance(tracing, OtelTracing) else None
 
 
 def _turns(tracing: OtelTracing, protocol: str, model: str | None) -> Observer:

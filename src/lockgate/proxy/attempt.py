@@ -48,13 +48,13 @@ from multidict import CIMultiDict
 
 from ..conversation import ToolSpec
 from ..http import ERROR_BODY_CAP_BYTES, describe
-from ..retry import RetryPolicy, standard_wait
+from ..retry import RETRYABLE_STATUSES, RetryPolicy, standard_wait
 from ..telemetry import AttemptTrace
 from .access import quoted
 from .admit import Shared, declared_tools
 from .engine import GatingStream, Refused, capped_body, forwarded_headers, gates, judge_whole
 from .exchange import Answer, Mode, ProxyExchange
-from .flow import AttemptRecord
+from .flow import AttemptRecord, Flow
 from .respond import (
     DONT_RETRY,
     Responder,
@@ -163,17 +163,23 @@ async def attempts(x: ProxyExchange, shared: Shared) -> web.StreamResponse:
             await asyncio.sleep(wait)
             continue
         flow.retries_exhausted = (
-            retries.attempts > 0 and x.attempt >= retries.attempts and _failed(x)
+            retries.attempts > 0 and x.attempt >= retries.attempts and failed_as_retried(flow)
         )
         if respond.response is not None and answer is not respond.response:
             return await respond.refuse_in_stream(x.gateway, x.refusal)
         return answer
 
 
-def _failed(x: ProxyExchange) -> bool:
-    """Whether the final answer says the request failed."""
-    flow = x.flow
-    return flow.outcome in ("error", "refused", "withheld") or flow.status >= 400
+def failed_as_retried(flow: Flow) -> bool:
+    """Whether the final answer failed as a retry would have been tried for: no answer
+    (`error`), an error status the proxy retries, passed on (`forwarded`), or a stream
+    that did not end complete. A refusal on its merits (an invalid batch) is the answer,
+    not a failure to get one."""
+    if flow.outcome == "error":
+        return True
+    if flow.outcome == "forwarded":
+        return flow.status in RETRYABLE_STATUSES or flow.status >= 500
+    return flow.outcome in ("refused", "withheld") and flow.incomplete
 
 
 async def _attempt(

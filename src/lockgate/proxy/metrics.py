@@ -71,7 +71,6 @@ __all__ = [
     "ProxyMetrics",
     "forget_dead_processes",
     "multiprocess_folder_problem",
-    "retries_exhausted",
 ]
 
 MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -137,29 +136,6 @@ _TOKEN_FIELDS = (
 
 # What a last attempt answered when a retry would have been tried for it: an error status
 # the proxy retries (408, 409, 429, 5xx; `exchange.ProxyExchange._error_status`).
-def _retryable_status(status: int) -> bool:
-    return status in (408, 409, 429) or 500 <= status < 600
-
-
-def retries_exhausted(flow: Flow) -> bool:
-    """Whether `flow` still failed after its retries were spent: `Flow.retries_exhausted`
-    where the flow says so; otherwise read from what it ended as: at least one retry, and
-    the last attempt failed as a retry would have been tried for (no answer: `error`; an
-    error status the proxy retries, passed on: `forwarded`; a stream that did not end
-    complete, refused).  A refusal on its merits after a retry (an invalid batch) is not
-    one: it was the answer, not a failure to get one."""
-    said = getattr(flow, "retries_exhausted", None)
-    if isinstance(said, bool):
-        return said
-    if flow.retries < 1:
-        return False
-    if flow.outcome == "error":
-        return True
-    if flow.outcome == "forwarded":
-        return _retryable_status(flow.status)
-    return flow.outcome in ("refused", "withheld") and flow.incomplete
-
-
 class ProxyMetrics:
     """The proxy's series (a `flow.FlowHook`), in a registry of their own; `render` is the
     text `/metrics` answers. In multiprocess mode (`PROMETHEUS_MULTIPROC_DIR` set when
@@ -313,7 +289,7 @@ class ProxyMetrics:
             self.retries.labels(route).inc(flow.retries)
         if flow.fallbacks:
             self.fallbacks.labels(route).inc(flow.fallbacks)
-        if retries_exhausted(flow):
+        if flow.retries_exhausted:
             self.exhausted.labels(route).inc()
         if flow.first_read_at is not None and flow.first_sent_at is not None:
             added = max(0.0, flow.first_sent_at - flow.first_read_at)

@@ -62,6 +62,7 @@ from ..cassette.recorder import CassetteRecorder
 from ..credentials import Redactor
 from ..grammar import prepare as prepare_grammars
 from ..telemetry import NO_TRACING, Tracing
+from ..telemetry.config import tracing_from_environment
 from . import pipeline
 from .access import TOKEN_HEADER, Access, host_name_problem
 from .admit import MAX_REQUEST_DEPTH, MAX_REQUEST_VALUES, Shared
@@ -189,6 +190,7 @@ def _process(
         from .metrics import ProxyMetrics
 
         series = ProxyMetrics()
+        series.set_held_limit(held.limit)
         seen.append(series)
         metrics = series.render
         held.on_change = series.held_bytes
@@ -266,7 +268,11 @@ class ProxyServer:
         self.accepts = _AcceptWatch(self.warn)
         shared.tracing = tracing
         shared.grace = settings.grace_seconds
-        self.started = False
+        from .metrics import ProxyMetrics
+
+        # the series that says whether this process is ready (`/metrics`), if any
+        self.series = next((h for h in self.hooks if isinstance(h, ProxyMetrics)), None)
+        self._started = False
         self.drain_until: float | None = None  # when the drain's grace ends (loop time)
 
     # --- in flight (kept in `Shared`: the pipeline counts, admission reads) ---------------
@@ -278,6 +284,21 @@ class ProxyServer:
     @stopping.setter
     def stopping(self, value: bool) -> None:
         self.shared.stopping = value
+        self._readiness_changed()
+
+    @property
+    def started(self) -> bool:
+        """The upstream session is open (the application is running)."""
+        return self._started
+
+    @started.setter
+    def started(self, value: bool) -> None:
+        self._started = value
+        self._readiness_changed()
+
+    def _readiness_changed(self) -> None:
+        if self.series is not None:
+            self.series.set_ready(self.ready)
 
     @property
     def grace(self) -> float:
@@ -346,6 +367,10 @@ class ProxyServer:
             loop.set_exception_handler(previous)
             parser.shutdown(wait=False, cancel_futures=True)
             await session.close()
+            close = getattr(self.shared.tracing, "close", None)
+            if close is not None:  # the tracer flushes what is pending (off the loop)
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(None, close)
 
     def application(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.max_request_bytes)
@@ -602,7 +627,9 @@ async def app_factory() -> web.AppRunner:
         settings, variables = startup_settings(os.environ)
         for variable in variables:
             os.environ.pop(variable, None)  # read once (/proc/PID/environ still shows it)
-        return ProxyServer(settings, _environment_log).runner()
-    except (ValueError, ConfigError) as exc:
+        # each worker its own exporter, made after the fork (its thread would not survive one)
+        tracing = tracing_from_environment(os.environ)
+        return ProxyServer(settings, _environment_log, tracing=tracing).runner()
+    except (ValueError, ConfigError) as exc:  # TelemetryConfigError is a ValueError
         print(f"lockgate proxy: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(APP_LOAD_ERROR) from None
