@@ -99,7 +99,8 @@ P99_LIMIT_MS = 2.0  # at 100 streams
 RSS_LIMIT_KIB = 200.0  # per stream at 1,000
 WORKERS_LIMIT = 1.8  # 2 workers' events/s over one worker's
 # The workers' runs: each body as fast as loopback carries it (the proxies' capacity).
-SATURATING = StreamSpec("chat", "bulk", text=2000, arguments=0)
+SATURATING = StreamSpec("chat", "bulk", text=2000, arguments=0, style="openai")
+STYLE = "openai"  # OpenAI's own chunks (`_streams.py`), not the lab renderer's leaner ones
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,8 @@ class Plan:
     def cpu_specs(self) -> dict[str, StreamSpec]:
         half = self.text // 2
         return {
-            "text": StreamSpec("chat", "chunks", text=self.text, arguments=0, gap_us=GAP_US),
-            "tool call": StreamSpec("chat", "chunks", text=half, arguments=half, gap_us=GAP_US),
+            "text": StreamSpec("chat", "chunks", self.text, 0, gap_us=GAP_US, style=STYLE),
+            "tool call": StreamSpec("chat", "chunks", half, half, gap_us=GAP_US, style=STYLE),
         }
 
 
@@ -161,11 +162,11 @@ async def cpu_batch(proxy: Proxy, spec: StreamSpec, streams: int) -> tuple[float
 
 
 async def latency_run(proxy: Proxy, streams: int, rate: int, deltas: int) -> Outcome:
-    spec = StreamSpec("chat", "paced", text=deltas, arguments=0, rate=rate)
+    spec = StreamSpec("chat", "paced", text=deltas, arguments=0, rate=rate, style=STYLE)
     async with client_session(streams) as session:
         # Warm at this concurrency (the client's and the proxy's pools open, the heap
         # grown): a short stream on each of the N connections, then the measured run.
-        short = StreamSpec("chat", "paced", text=5, arguments=0, rate=rate)
+        short = StreamSpec("chat", "paced", text=5, arguments=0, rate=rate, style=STYLE)
         await drive(session, proxy, short, streams)
         return await drive(session, proxy, spec, streams, watch_rss=bool(proxy.pid))
 
@@ -261,7 +262,7 @@ async def measure(origin: str, plan: Plan, report: Report) -> int:
                 cpu_note = ""
                 if target.pid and streams > 1:  # one stream: too few ticks to count
                     sent = streams * len(
-                        stream_frames(StreamSpec("chat", "paced", deltas, 0, rate))
+                        stream_frames(StreamSpec("chat", "paced", deltas, 0, rate, style=STYLE))
                     )
                     per_event = outcome.cpu_seconds / sent * 1e6
                     cpu_note = f", proxy CPU {per_event:5.1f} µs/event"
