@@ -31,7 +31,7 @@ from lockgate.providers import PROVIDERS
 from lockgate.scripted.reply import Call, Part, Reply, Say
 
 PROTOCOLS = ("responses", "chat", "anthropic")
-SHAPES = ("chunks", "bulk", "paced", "tiny")
+SHAPES = ("chunks", "bulk", "paced", "tiny", "json")  # json: a whole (non-streaming) answer
 STYLES = ("lab", "openai")  # the lab renderer's frames, or OpenAI's own shape
 PLACEHOLDER = b"@" * 18  # a text delta the paced server replaces with its send time
 TEXT_PIECE = 4
@@ -97,6 +97,48 @@ def reply(spec: StreamSpec) -> Reply:
         arguments = edit_arguments(spec.arguments * ARGUMENT_PIECE)
         parts.append(Call("call_bench_1", "edit", arguments, pieces=spec.arguments))
     return Reply("resp_bench", tuple(parts))
+
+
+def whole_body(spec: StreamSpec) -> bytes:
+    """A whole Chat Completions answer (`"stream": false`) as OpenAI sends it: `text`
+    words of text, its usage, `service_tier`, `system_fingerprint`."""
+    rng = random.Random(spec.name)
+    text = "".join(text_pieces(spec.text, rng))
+    tokens = spec.text
+    body = {
+        "id": "chatcmpl-" + "".join(rng.choice(_PAD) for _ in range(29)),
+        "object": "chat.completion",
+        "created": 1767625745,
+        "model": MODEL_NAME,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": text,
+                    "refusal": None,
+                    "annotations": [],
+                },
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": 412,
+            "completion_tokens": tokens,
+            "total_tokens": 412 + tokens,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {
+                "reasoning_tokens": 0,
+                "audio_tokens": 0,
+                "accepted_prediction_tokens": 0,
+                "rejected_prediction_tokens": 0,
+            },
+        },
+        "service_tier": "default",
+        "system_fingerprint": FINGERPRINT,
+    }
+    return _dumps(body).encode()
 
 
 def stream_frames(spec: StreamSpec) -> list[bytes]:
