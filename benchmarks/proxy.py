@@ -408,6 +408,15 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
             f"{cpu.median('lockgate', label):.1f} vs {cpu.median('passthrough', label):.1f} µs"
             f" = {ratio:.2f}x (paired median of {plan.rounds}){note}",
         )
+    if cpu.has("passthrough-asyncio", "text"):
+        print(
+            "  (lockgate on uvloop against the pass-through on asyncio's loop, aiohttp's default: "
+            + ", ".join(
+                f"{label} {cpu.ratio('lockgate', 'passthrough-asyncio', label):.2f}x"
+                for label in specs
+            )
+            + ")"
+        )
     if 100 in plan.latency:
         lags = added[("lockgate", 100)]
         p99 = statistics.median(p for _, p in lags)
@@ -441,11 +450,13 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
             + ", ".join(f"{label} {cost:+.1%}" for label, cost in otel.items())
             + f" (metrics alone: {metrics_text})",
         )
-    else:
+    else:  # half of the target measured: not met, with the half that was
         report.check(
             f"metrics + OTel <= {OVERHEAD_LIMIT:.0%} of lockgate's CPU per event",
-            all(cost <= OVERHEAD_LIMIT for cost in costs.values()),
-            f"metrics on vs off: {metrics_text}; OTel not measured: {otel_skip}",
+            False,
+            f"OTel not measured: {otel_skip}; metrics on vs off: {metrics_text}"
+            f" ({'within' if all(c <= OVERHEAD_LIMIT for c in costs.values()) else 'over'}"
+            f" {OVERHEAD_LIMIT:.0%})",
         )
     if cpu.has("litellm", "text"):
         factors = {
