@@ -8,11 +8,15 @@ its stdin closes (the parent exited) or it gets SIGTERM:
 
 - `lockgate`: `lockgate.proxy.server.serving` with its defaults (the gate holds from the
   first tool call on, `/metrics` on), `max_streams` raised to 2,000 for the concurrency
-  run; `lockgate-nometrics`: the same with the metrics off (config key `metrics: false`);
-  `lockgate-uvloop`: the same on uvloop's event loop instead of asyncio's;
-- `passthrough`: the floor for a Python proxy: an aiohttp server whose handler sends the
-  request to the upstream with one pooled `aiohttp.ClientSession` and writes each chunk of
-  the upstream body back unchanged as it arrives (`iter_any`), nothing parsed.
+  run, on the event loop `lockgate proxy` picks (`lockgate.proxy.loop_policy`: uvloop's
+  where it is installed); `lockgate-nometrics`: the same with the metrics off (config key
+  `metrics: false`); `lockgate-otel`: the same with an OpenTelemetry tracer exporting to a
+  loopback OTLP sink (only where `serving` takes `tracing`); `lockgate-asyncio`: the same
+  on asyncio's loop;
+- `passthrough`: the floor for a Python proxy, on the same loop: an aiohttp server whose
+  handler sends the request to the upstream with one pooled `aiohttp.ClientSession` and
+  writes each chunk of the upstream body back unchanged as it arrives (`iter_any`), nothing
+  parsed; `passthrough-asyncio`: the same on asyncio's loop.
 
 `workers_process(N, UPSTREAM)` runs the real CLI, `lockgate proxy --workers N` (gunicorn,
 the `server` extra), its records on stdout going to a temporary file.
@@ -61,6 +65,7 @@ PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 LITELLM_ENV = "LOCKGATE_BENCH_LITELLM"
 STAMP = b'"content":"'
 STAMP_CHARS = 18  # len(_streams.PLACEHOLDER): the paced server's send-time stamp
+LATE_SECONDS = 2.0  # a fixed-rate run stops sending this long after its last slot
 
 
 # --- the proxies' processes ------------------------------------------------------------
@@ -113,11 +118,44 @@ async def _serve_passthrough(upstream: str, stop: asyncio.Event) -> None:
             await runner.cleanup()
 
 
-async def _serve_lockgate(upstream: str, stop: asyncio.Event, metrics: bool = True) -> None:
+def tracing_wired() -> str | None:
+    """None where `serving` takes a tracer (`tracing`); else why the OTel row is not
+    measured."""
+    import inspect
+
+    from lockgate.proxy.server import serving
+
+    if "tracing" not in inspect.signature(serving).parameters:
+        return "tracer wiring not present (lockgate.proxy.serving has no `tracing` parameter)"
+    try:
+        importlib.import_module("lockgate.telemetry.otel")
+    except ImportError as exc:
+        return f"lockgate.telemetry.otel does not import ({exc}; the `otel` extra)"
+    return None
+
+
+def _otel_tracing(endpoint: str) -> Any:
+    """The OpenTelemetry tracer the proxy reports to, exporting traces and metrics over
+    OTLP/HTTP to `endpoint` (a loopback sink), as `OTEL_*` would configure it."""
+    from lockgate.telemetry.config import tracing_from_environment
+
+    return tracing_from_environment(
+        {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_SERVICE_NAME": "lockgate-benchmark",
+        }
+    )
+
+
+async def _serve_lockgate(
+    upstream: str, stop: asyncio.Event, metrics: bool = True, otlp: str | None = None
+) -> None:
     from lockgate.proxy.server import ProxyConfig, serving
 
     config = ProxyConfig(upstream=upstream, port=0, max_streams=2000, metrics=metrics)
-    async with serving(config) as running:
+    extra: dict[str, Any] = {} if otlp is None else {"tracing": _otel_tracing(otlp)}
+    async with serving(config, **extra) as running:
         print(running.url.rsplit(":", 1)[1], flush=True)
         await stop.wait()
 
@@ -137,16 +175,19 @@ async def _serve(kind: str, upstream: str) -> None:
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_reader(sys.stdin.fileno(), stop.set)  # stdin closed (or written): stop
-    if kind in ("lockgate", "lockgate-uvloop"):
+    if kind in ("lockgate", "lockgate-asyncio"):
         await _serve_lockgate(upstream, stop)
     elif kind == "lockgate-nometrics":
         await _serve_lockgate(upstream, stop, metrics=False)
+    elif kind == "lockgate-otel":
+        await _serve_lockgate(upstream, stop, otlp=os.environ["LOCKGATE_BENCH_OTLP"])
     else:
         await _serve_passthrough(upstream, stop)
 
 
 def uvloop_version() -> str | None:
-    """uvloop's version where it is installed (None: it is not)."""
+    """uvloop's version where it is installed (None: it is not); `lockgate proxy` then
+    runs on it."""
     from importlib import metadata
 
     try:
@@ -172,9 +213,10 @@ class Proxy:
         return f"{self.origin}/{spec.name}/v1/chat/completions"
 
     def body(self, spec: StreamSpec) -> bytes:
+        whole = spec.shape == "json"
         if not self.litellm:
-            return chat_body()
-        request = json.loads(chat_body())
+            return whole_chat_body() if whole else chat_body()
+        request = json.loads(whole_chat_body() if whole else chat_body())
         request["model"] = self.models[spec.name]
         return json.dumps(request).encode()
 
@@ -197,6 +239,15 @@ def chat_body() -> bytes:
     return request_body("chat")
 
 
+@cache
+def whole_chat_body() -> bytes:
+    """The same request for a whole answer: `"stream": false`, no `stream_options`."""
+    request = json.loads(chat_body())
+    request["stream"] = False
+    request.pop("stream_options", None)
+    return json.dumps(request).encode()
+
+
 def api_key() -> str:
     from benchmarks._common import KEY
 
@@ -209,12 +260,13 @@ def direct(origin: str) -> Proxy:
 
 
 @contextlib.contextmanager
-def proxy_process(kind: str, upstream: str) -> Iterator[Proxy]:
+def proxy_process(kind: str, upstream: str, env: dict[str, str] | None = None) -> Iterator[Proxy]:
     process = subprocess.Popen(
         [sys.executable, str(HERE / "_proxy.py"), kind, upstream],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, **(env or {})},
     )
     try:
         assert process.stdout is not None
@@ -275,8 +327,13 @@ def _listening(process: subprocess.Popen[bytes], out_path: Path) -> str:
     raise RuntimeError(f"lockgate proxy --workers did not start:\n{tail}")
 
 
-def litellm_command() -> str | None:
-    """LiteLLM's `litellm` command, where it is installed; None when it is not."""
+def litellm_command(python: str | None = None) -> str | None:
+    """LiteLLM's `litellm` command, where it is installed: beside `python` (a venv's
+    interpreter, `--litellm-python`), else `LOCKGATE_BENCH_LITELLM`, else on the PATH;
+    None when it is not."""
+    if python:
+        command = Path(python).parent / "litellm"
+        return str(command) if os.access(command, os.X_OK) else None
     given = os.environ.get(LITELLM_ENV)
     if given:
         return given if os.access(given, os.X_OK) else None
@@ -592,6 +649,81 @@ async def saturate(
     return rate, spent, outcome
 
 
+@dataclass
+class Paced:
+    """What a fixed-rate run of whole (non-streaming) requests saw."""
+
+    latencies: list[float] = field(default_factory=list)  # s, from each request's slot
+    failures: list[str] = field(default_factory=list)  # the first few
+    failed: int = 0
+    missed: int = 0  # slots not sent: the client was more than LATE_SECONDS behind
+    sent: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the proxy's
+
+
+async def fixed_rate(
+    proxy: Proxy, spec: StreamSpec, rate: float, connections: int, seconds: float
+) -> Paced:
+    """Whole requests at `rate` per second on an absolute schedule over `connections`
+    kept-alive connections, for `seconds` (after 0.3 s of the same to open them). Each
+    latency counts from the request's slot in the schedule, not from when a connection was
+    free to send it (a proxy that falls behind shows its queue); the slots still unsent
+    `LATE_SECONDS` after the last one are counted as missed, not sent."""
+    outcome = Paced()
+    headers = {"content-type": "application/json", "authorization": f"Bearer {api_key()}"}
+    url, body = proxy.url(spec), proxy.body(spec)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=connections),
+        timeout=aiohttp.ClientTimeout(total=60),
+        trust_env=False,
+    ) as session:
+
+        async def run(duration: float, record: bool) -> None:
+            start = time.monotonic() + 0.01
+            cutoff = start + duration + LATE_SECONDS
+            total = int(duration * rate)
+            slots = iter(range(total))
+
+            async def worker() -> None:
+                for number in slots:
+                    slot = start + number / rate
+                    if time.monotonic() > cutoff:  # too far behind: not sent, counted
+                        if record:
+                            outcome.missed += 1
+                        continue
+                    delay = slot - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    problem = ""
+                    try:
+                        async with session.post(url, data=body, headers=headers) as response:
+                            await response.read()
+                            if response.status != 200:
+                                problem = f"HTTP {response.status}"
+                    except Exception as exc:
+                        problem = f"{type(exc).__name__}: {exc}"
+                    if not record:
+                        continue
+                    outcome.sent += 1
+                    if problem:
+                        outcome.failed += 1
+                        if len(outcome.failures) < 3:
+                            outcome.failures.append(problem)
+                    else:
+                        outcome.latencies.append(time.monotonic() - slot)
+
+            await asyncio.gather(*(worker() for _ in range(connections)))
+
+        await run(0.3, record=False)
+        cpu = proxy.cpu_seconds()
+        started = time.monotonic()
+        await run(seconds, record=True)
+        outcome.seconds = time.monotonic() - started
+        outcome.cpu_seconds = proxy.cpu_seconds() - cpu
+    return outcome
+
+
 def percentile(values: list[float], fraction: float) -> float:
     if not values:
         return float("nan")
@@ -601,9 +733,9 @@ def percentile(values: list[float], fraction: float) -> float:
 
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):
-        if sys.argv[1].endswith("-uvloop"):
-            # Imported by name: uvloop is a benchmark-only install, not a dependency.
-            uvloop: Any = importlib.import_module("uvloop")
-            uvloop.run(_serve(sys.argv[1], sys.argv[2]))
-        else:
+        if sys.argv[1].endswith("-asyncio"):
             asyncio.run(_serve(sys.argv[1], sys.argv[2]))
+        else:  # the loop `lockgate proxy` runs on
+            from lockgate.proxy import loop_policy
+
+            loop_policy.run(_serve(sys.argv[1], sys.argv[2]))

@@ -17,7 +17,9 @@ selects what is sent (`_streams.StreamSpec.name`), e.g.
   each text delta carrying its send time (`time.monotonic()`, a clock shared by processes
   on one machine) in place of a placeholder of the same length, so the client can measure
   its own lag;
-- `<protocol>.tiny`: a short complete answer (for request-opening measurements).
+- `<protocol>.tiny`: a short complete answer (for request-opening measurements);
+- `chat.json.…`: a whole Chat Completions answer (`application/json`, `text` words), for a
+  request with `"stream": false`.
 
 Requests are read whole (up to 64 MiB), answered, and the connection stays open for the
 next request (HTTP/1.1 keep-alive) until the client closes it.
@@ -35,7 +37,7 @@ from functools import cache
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._streams import PLACEHOLDER, StreamSpec, parse_spec, stream_frames
+from benchmarks._streams import PLACEHOLDER, StreamSpec, parse_spec, stream_frames, whole_body
 
 MAX_BODY = 64 * 1024 * 1024
 
@@ -77,8 +79,21 @@ async def _read_request(reader: asyncio.StreamReader) -> str | None:
     return parts[1]
 
 
+@cache
+def _whole(spec: StreamSpec) -> bytes:
+    body = whole_body(spec)
+    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
 async def _send_stream(writer: asyncio.StreamWriter, path: str) -> None:
     spec = parse_spec(path.lstrip("/").split("/", 1)[0])
+    if spec.shape == "json":
+        writer.write(_whole(spec))
+        await writer.drain()
+        return
     frames = _frames(spec)
     writer.write(_HEAD)
     if spec.shape == "bulk":

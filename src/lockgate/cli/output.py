@@ -111,15 +111,20 @@ def routes_line(settings: ProxySettings) -> str:
 
 
 def listening_output(
-    url: str, settings: ProxySettings, as_json: bool, workers: int | None = None
+    url: str, settings: ProxySettings, as_json: bool, workers: int | None = None, loop: str = ""
 ) -> str:
     """The first line `lockgate proxy` prints: where it listens and where its routes go
-    (`--workers N`: and how many processes serve)."""
+    (`--workers N`: and how many processes serve), and the event loop it runs on."""
     upstream = routes_line(settings)
     if as_json:
         value: dict[str, object] = {"event": "listening", "url": url, "upstream": upstream}
         if workers is not None:
             value["workers"] = workers
+        if loop:
+            value["loop"] = loop
         return json.dumps(value)
-    served = f" ({workers} workers)" if workers is not None else ""
+    notes = [f"{workers} workers"] if workers is not None else []
+    if loop:
+        notes.append(f"event loop: {loop}")
+    served = f" ({', '.join(notes)})" if notes else ""
     return f"proxying at {url} -> {upstream}{served}"

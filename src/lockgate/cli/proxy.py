@@ -27,7 +27,6 @@ to stderr.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import sys
@@ -167,7 +166,9 @@ def proxy(args: argparse.Namespace) -> int:
         from .workers import serve_workers
 
         return serve_workers(args, resolved)
-    return asyncio.run(_serve(args, resolved))
+    from ..proxy import loop_policy
+
+    return loop_policy.run(_serve(args, resolved))
 
 
 # The flags that are settings of a config file, and the key each is there: refused beside
@@ -270,6 +271,7 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
     from ..cassette.format import CassetteError
     from ..credentials import Redactor
     from ..display import visible
+    from ..proxy import loop_policy
     from ..proxy.config import ConfigError
     from ..proxy.server import serving
     from ..telemetry import NO_TRACING
@@ -313,7 +315,8 @@ async def _serve(args: argparse.Namespace, settings: ProxySettings) -> int:
             # it was checked; a metrics folder (PROMETHEUS_MULTIPROC_DIR) that is not one
             raise UsageError(str(exc)) from None
         try:
-            emit(listening_output(running.url, settings, args.json))
+            loop = loop_policy.running_loop_name()
+            emit(listening_output(running.url, settings, args.json, loop=loop))
             await interrupted.wait()
         except OSError as exc:
             failed.append(exc)

@@ -3,7 +3,8 @@ process manager (`pip install 'lockgate[server]'`).
 
 The settings are read, and every secret with them, in this process before any worker
 starts; the variables that held secrets are already forgotten. gunicorn's master binds the
-address and starts N workers with aiohttp's worker class, each running the proxy's own
+address and starts N workers with aiohttp's worker class (its uvloop worker where uvloop
+is installed: `proxy/loop_policy.py`), each running the proxy's own
 runner (its head timeout, its answer to a request it cannot parse). Each worker prints its
 requests' lines on the shared stdout, whole lines. The metrics are every worker's: their
 series go to files in a folder of their own (`PROMETHEUS_MULTIPROC_DIR`, made here unless
@@ -24,6 +25,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..proxy.loop_policy import gunicorn_worker_class, loop_name
 from .codes import EXIT_OK, UsageError
 from .output import listening_output, record_output
 from .process import SECRETS
@@ -82,7 +84,7 @@ def serve_workers(args: argparse.Namespace, settings: ProxySettings) -> int:
     def when_ready(server: Any) -> None:
         host, port = server.LISTENERS[0].sock.getsockname()[:2]
         url = "http://" + _address(str(host), port)
-        emit(listening_output(url, settings, args.json, workers))
+        emit(listening_output(url, settings, args.json, workers, loop_name()))
 
     def child_exit(server: Any, worker: Any) -> None:
         if made is not None or os.environ.get(MULTIPROCESS_VARIABLE):
@@ -93,7 +95,7 @@ def serve_workers(args: argparse.Namespace, settings: ProxySettings) -> int:
     options: dict[str, Any] = {
         "bind": _address(settings.host, settings.port),
         "workers": workers,
-        "worker_class": "aiohttp.GunicornWebWorker",
+        "worker_class": gunicorn_worker_class(),  # uvloop's where it is installed
         # gunicorn kills a worker that has not drained by then: beyond the proxy's grace.
         "graceful_timeout": math.ceil(settings.grace_seconds) + 5,
         "timeout": 0,  # a long stream is no hung worker: the proxy bounds its own time

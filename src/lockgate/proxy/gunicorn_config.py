@@ -10,7 +10,8 @@
   that died unmarked (a SIGKILL before this start) are forgotten.
 - `child_exit` marks a worker that exited dead in the metrics folder, so that the gauges
   (`lockgate_proxy_in_flight`, `lockgate_proxy_held_bytes`) stop counting it.
-- `worker_class` is aiohttp's worker (`--worker-class` on the command line overrides it).
+- `worker_class` is aiohttp's worker, its uvloop worker where uvloop is installed
+  (`loop_policy.py`; `--worker-class` on the command line overrides it).
 
 Only the master reads the settings here; each worker reads them again in `app_factory`
 (the master keeps the environment as it was: its workers inherit it).
@@ -22,10 +23,12 @@ import os
 import sys
 from typing import Any
 
+from .loop_policy import gunicorn_worker_class
+
 __all__ = ["APP_LOAD_ERROR", "child_exit", "on_starting", "worker_class"]
 
 APP_LOAD_ERROR = 4  # gunicorn's exit code for an application that cannot load
-worker_class = "aiohttp.GunicornWebWorker"
+worker_class = gunicorn_worker_class()  # uvloop's worker where uvloop is installed
 
 
 def on_starting(server: Any) -> None:
