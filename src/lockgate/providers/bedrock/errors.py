@@ -5,7 +5,8 @@ A failed Bedrock call answers with a JSON body `{"message": "..."}` (recorded: H
 `x-amzn-errortype` header (`ThrottlingException:http://internal.amazon.com/…`: the part
 before the colon). Bedrock states no rate-limit reset time; the status decides a retry
 (`retry.classify_opening_failure`: 408, 429 and 5xx), and a `ServiceQuotaExceededException`
-is a spent quota (terminal).
+is a spent quota (terminal). A gateway in front may answer `{"error": {"message"}}`, which is
+read too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ def bedrock_error_details(body: object, headers: Mapping[str, str]) -> ErrorDeta
     message: object = None
     if isinstance(body, dict):
         message = body.get("message", body.get("Message"))
+        nested = body.get("error")
+        if message is None and isinstance(nested, dict):  # a gateway's error shape in front
+            message = nested.get("message")
         if not kind and isinstance(body.get("__type"), str):
             kind = str(body["__type"]).rsplit("#", 1)[-1]
     return ErrorDetails(
