@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from .codec import ProviderCodec, StreamDecoder
+from .codec import FramedCodec, Framer, ProviderCodec, StreamDecoder
 from .conversation import Message, ToolSpec
 from .credentials import Redactor
 from .errors import FailureKind, OpenFailure, ResponseFailure, StreamInterrupted
@@ -279,8 +279,13 @@ class StreamingModelClient:
         self, stream: ByteStream, gate: ResponseGate, watchdog: _Watchdog, deadline_at: float
     ) -> Decision:
         """`deadline_at`: the loop time at which this response's deadline falls."""
-        sse = SSEDecoder(self.max_event_bytes)
-        decoder = self.codec.new_decoder()
+        codec = self.codec
+        sse: Framer = (
+            codec.new_framer(self.max_event_bytes)
+            if isinstance(codec, FramedCodec)
+            else SSEDecoder(self.max_event_bytes)
+        )
+        decoder = codec.new_decoder()
         decision: Decision | None = None
         clock = asyncio.get_running_loop().time
         # The body is read to its end, within the silence limit and the deadline: a

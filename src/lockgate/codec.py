@@ -4,18 +4,22 @@ A `ProviderCodec` encodes the portable history into a native request and makes a
 `StreamDecoder` per response stream, which turns that protocol's SSE events into normalized
 events (`events.StreamEvent`). The client and the gate speak only these; each provider
 implements them in its own folder (`providers/<name>/codec.py`, `decoder.py`).
+
+A protocol whose body is not SSE (Bedrock's `application/vnd.amazon.eventstream`) is a
+`FramedCodec`: it also makes the `Framer` that splits its body into the events its decoder
+reads; every other codec's body is framed by the bounded SSE decoder (`sse.SSEDecoder`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from .conversation import Message, ToolSpec
 from .events import StreamEvent
 from .sse import ServerSentEvent
 
-__all__ = ["ProviderCodec", "StreamDecoder"]
+__all__ = ["FramedCodec", "Framer", "ProviderCodec", "StreamDecoder"]
 
 
 class StreamDecoder(Protocol):
@@ -60,4 +64,27 @@ class ProviderCodec(Protocol):
 
     def new_decoder(self) -> StreamDecoder:
         """A decoder for one response stream."""
+        ...
+
+
+class Framer(Protocol):
+    """Splits one response body into the events a decoder reads (`sse.SSEDecoder` is the
+    SSE one), bounded while it accumulates. Raise ResponseFailure for invalid bytes."""
+
+    @property
+    def cut(self) -> bool:
+        """After `finish`: the body ended inside an event (a framer may raise instead)."""
+        ...
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]: ...
+
+    def finish(self) -> list[ServerSentEvent]: ...
+
+
+@runtime_checkable
+class FramedCodec(ProviderCodec, Protocol):
+    """A codec whose bodies are not SSE: it makes the framer of each response body."""
+
+    def new_framer(self, max_event_bytes: int) -> Framer:
+        """A framer for one response body, bounding one event by `max_event_bytes`."""
         ...

@@ -45,7 +45,10 @@ SPECS = [
     "status:503",
     "corrupt-terminal",
 ]
-PROTOCOLS = list(PROVIDERS)
+# Cassettes hold SSE bodies; binary event-stream bodies (Bedrock) are later work (issue 29,
+# part 6: cassettes record and replay Bedrock exchanges).
+SSE_ONLY = frozenset({"bedrock"})
+PROTOCOLS = [name for name in PROVIDERS if name not in SSE_ONLY]
 
 
 def body(played: Playback) -> bytes:

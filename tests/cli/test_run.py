@@ -174,6 +174,8 @@ PATHS = {
     "anthropic": "/v1/messages",
     # the model is in Gemini's path, and the path (not the body) asks for the stream
     "gemini": "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+    # the model id is one path segment, its ':' encoded; the path asks for the stream
+    "bedrock": "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream",
 }
 
 

@@ -19,6 +19,7 @@ LAYERS: tuple[frozenset[str], ...] = (
             "events",
             "jsonlimits",
             "sse",
+            "eventstream",
             "credentials",
             "interrupts",
             "files",

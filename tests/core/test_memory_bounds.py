@@ -20,6 +20,7 @@ import pytest
 from benchmarks._common import advance
 from benchmarks.bounds import started_gate
 
+from lockgate.codec import FramedCodec, Framer
 from lockgate.events import (
     ReasoningDelta,
     StreamEvent,
@@ -31,6 +32,7 @@ from lockgate.events import (
 from lockgate.fixture import ALL_TOOLS
 from lockgate.gate import GateLimits, ResponseGate
 from lockgate.providers import PROVIDERS, CodecOptions
+from lockgate.providers.bedrock.render import frame_bytes
 from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.sse import SSEDecoder
 
@@ -139,7 +141,9 @@ def test_each_pipeline_retains_at_most_twice_the_characters_it_holds(protocol: s
     frames = [lab.frame(event) for event in lab.events(bound_reply(text, calls, arguments))]
     head, tail = split_at_last_delta(frames)
     codec = PROVIDERS[protocol].make_codec(CodecOptions(model="bounds-model"))
-    sse = SSEDecoder()
+    sse: Framer = (
+        codec.new_framer(4 * 1024 * 1024) if isinstance(codec, FramedCodec) else SSEDecoder()
+    )
     decoder = codec.new_decoder()
     gate = ResponseGate(ALL_TOOLS, ignore_event)
     warm = 8  # first frames outside the measurement (first-use caches)
@@ -215,6 +219,10 @@ EMPTY_TEXT = {
         b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":""}]}}],'
         b'"responseId":"g"}\r\n\r\n',
     ),
+    "bedrock": (  # binary event-stream messages
+        [frame_bytes({"type": "messageStart", "role": "assistant"})],
+        frame_bytes({"type": "contentBlockDelta", "contentBlockIndex": 0, "delta": {"text": ""}}),
+    ),
 }
 
 
@@ -222,7 +230,9 @@ EMPTY_TEXT = {
 def test_empty_text_deltas_through_each_pipeline_retain_nothing(protocol: str) -> None:
     prelude, frame = EMPTY_TEXT[protocol]
     codec = PROVIDERS[protocol].make_codec(CodecOptions(model="bounds-model"))
-    sse = SSEDecoder()
+    sse: Framer = (
+        codec.new_framer(4 * 1024 * 1024) if isinstance(codec, FramedCodec) else SSEDecoder()
+    )
     decoder = codec.new_decoder()
     gate = ResponseGate(ALL_TOOLS, ignore_event)
     for first in [*prelude, frame, frame]:

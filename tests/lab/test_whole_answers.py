@@ -148,6 +148,25 @@ def _gemini_stream(events: list[Frame]) -> Read:
     return Read(tuple(calls), text, ending)
 
 
+def _bedrock_stream(events: list[Frame]) -> Read:
+    calls: dict[int, list[str]] = {}
+    text, ending = "", None
+    for event in events:
+        kind = event.get("type")
+        if kind == "contentBlockStart" and "toolUse" in event["start"]:
+            tool = event["start"]["toolUse"]
+            if tool.get("type") != "server_tool_use":
+                calls[event["contentBlockIndex"]] = [tool["toolUseId"], tool["name"], ""]
+        elif kind == "contentBlockDelta":
+            delta = event["delta"]
+            if "toolUse" in delta and event["contentBlockIndex"] in calls:
+                calls[event["contentBlockIndex"]][2] += delta["toolUse"]["input"]
+            text += delta.get("text", "")
+        elif kind == "messageStop":
+            ending = event["stopReason"]
+    return Read(tuple((i, n, a) for i, n, a in calls.values()), text, ending)
+
+
 # --- the whole answers, read as one document --------------------------------------------------
 
 
@@ -189,25 +208,37 @@ def _gemini_whole(body: Mapping[str, Any]) -> Read:
     return Read(calls, text, finish)
 
 
+def _bedrock_whole(body: Mapping[str, Any]) -> Read:
+    calls, text = [], ""
+    for block in body["output"]["message"]["content"]:
+        tool = block.get("toolUse")
+        if tool is not None and tool.get("type") != "server_tool_use":
+            calls.append((tool["toolUseId"], tool["name"], json.dumps(tool["input"])))
+        text += block.get("text", "")
+    return Read(tuple(calls), text, body["stopReason"])
+
+
 STREAM_READERS = {
     "chat": _chat_stream,
     "responses": _responses_stream,
     "anthropic": _anthropic_stream,
     "gemini": _gemini_stream,
+    "bedrock": _bedrock_stream,
 }
 WHOLE_READERS = {
     "chat": _chat_whole,
     "responses": _responses_whole,
     "anthropic": _anthropic_whole,
     "gemini": _gemini_whole,
+    "bedrock": _bedrock_whole,
 }
 
 
 def _arguments_as_stated(provider: str, arguments: str) -> str:
     """The argument text a whole answer can state for what the stream sent: Anthropic's
     `input` is an object, so a stream's cut JSON is stated as `{}` (nothing of it), and an
-    object's text is its JSON as Python writes it."""
-    if provider != "anthropic":
+    object's text is its JSON as Python writes it. Bedrock's `input` is an object too."""
+    if provider not in ("anthropic", "bedrock"):
         return arguments
     try:
         value = json.loads(arguments) if arguments.strip() else {}

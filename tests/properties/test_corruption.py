@@ -55,6 +55,11 @@ def completed(provider: str, frames: Sequence[Frame]) -> bool:
         return any(f.get("type") == "message_stop" for f in frames) and any(
             f.get("type") == "message_delta" for f in frames
         )
+    if provider == "bedrock":  # messageStop with a stop reason that releases calls or text
+        return any(
+            f.get("type") == "messageStop" and f.get("stopReason") in ("tool_use", "end_turn")
+            for f in frames
+        )
     if provider == "gemini":  # a candidate's STOP (the end of the body is the end)
         return any(
             isinstance(candidate, dict) and candidate.get("finishReason") == "STOP"

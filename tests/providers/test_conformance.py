@@ -11,6 +11,7 @@ is printed (run with `-s`, or see the test's output in CI).
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 from collections import Counter
@@ -83,8 +84,18 @@ def _function_tools(
             for tool in tools
             for declaration in tool.get("functionDeclarations") or []
         ]
+    if protocol == "bedrock":  # toolConfig.tools[].toolSpec {name, description, inputSchema.json}
+        tools = [
+            {"bedrock": tool["toolSpec"]}
+            for tool in ((request or {}).get("toolConfig") or {}).get("tools") or []
+            if isinstance(tool.get("toolSpec"), dict)
+        ]
     for tool in tools:
-        if protocol == "gemini":
+        if protocol == "bedrock":
+            spec = tool["bedrock"]
+            name, description = spec.get("name"), spec.get("description")
+            schema = (spec.get("inputSchema") or {}).get("json")
+        elif protocol == "gemini":
             declaration = tool["gemini"]
             name, description = declaration.get("name"), declaration.get("description")
             schema = declaration.get("parametersJsonSchema") or PERMISSIVE
@@ -180,7 +191,9 @@ async def _play(
 ) -> Outcome:
     provider = recording["protocol"]
     entry = PROVIDERS[provider]
-    body = recording["body"].encode("utf-8")
+    # Bedrock's binary event-stream bodies are stored as base64 (`body_b64`).
+    encoded = recording.get("body_b64")
+    body = base64.b64decode(encoded) if encoded else recording["body"].encode("utf-8")
     client = StreamingModelClient(
         entry.make_codec(CodecOptions("recorded-model")),
         _Recorded(recording, _chunks(body, rng), provider),
@@ -213,6 +226,8 @@ def _success(recording: Mapping[str, Any]) -> bool:
 # What a failed recording must end in, by its recorded finish.
 EXPECTED_FAILURES: dict[str | None, set[str]] = {
     "length": {"response_incomplete"},
+    # Bedrock: a guardrail blocked the output (its text masked): incomplete, nothing runs.
+    "guardrail_intervened": {"response_incomplete"},
     "error": {"provider_error", "response_failed", "opening", "quota_exhausted"},
     None: {"lifecycle", "stream_ended"},
 }

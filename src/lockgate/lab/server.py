@@ -1,19 +1,22 @@
 """`lockgate serve`: a scripted, fault-injecting provider on loopback, in any protocol.
 
 HTTP/1.1 over asyncio streams. Each POST to the protocol's path gets the next scripted turn:
-an HTTP error with its body and headers, a dropped connection, or a chunked
-`text/event-stream` body whose faults are real at the byte and socket level (fragmentation
-inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with RST, frames that
-never end). A request that does not ask for a stream gets the protocol's JSON response for
-the same reply, with the same fault (`script.json_answer`: a fault stays a fault). Any other
-method or path is answered 404/405, logged, and consumes no turn; so is a request that is not
-well-formed HTTP/1.1 with a JSON object body (400, logged), and a WebSocket upgrade at the
-protocol's path (426 Upgrade Required, logged: the server speaks HTTP only, and a client
-that tries a WebSocket first, as Codex does, falls back to HTTP at once on 426). A script
-that runs out answers 400 with `x-should-retry: false`, which no SDK retries. A playback
-turn (a recorded exchange, `cassette.faults.playback`) is sent as recorded: its status, its
-headers, its reads as chunks, its pauses, resets and hangs. It records what each request
-carried (never the credential itself) and whether the client closed early.
+an HTTP error with its body and headers, a dropped connection, or a chunked body in the
+protocol's media type (`text/event-stream`, or the renderer's own: Bedrock's binary
+`application/vnd.amazon.eventstream`) whose faults are real at the byte and socket level
+(fragmentation inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with
+RST, frames that never end). A request that does not ask for a stream gets the protocol's
+JSON response for the same reply, with the same fault (`script.json_answer`: a fault stays
+a fault). Any other method or path is answered 404/405, logged, and consumes no turn; so is
+a request that is not well-formed HTTP/1.1 with a JSON object body (400, logged), and a
+WebSocket upgrade at the protocol's path (426 Upgrade Required, logged: the server speaks
+HTTP only, and a client that tries a WebSocket first, as Codex does, falls back to HTTP at
+once on 426). A script that runs out answers 400 with `x-should-retry: false`, which no SDK
+retries. A playback turn (a recorded exchange, `cassette.faults.playback`) is sent as
+recorded: its status, its headers, its reads as chunks, its pauses, resets and hangs. It
+records what each request carried (never the credential itself) and whether the client
+closed early. How each answer is written is `lab.answers`' (`TurnWriter`); this module
+routes requests to turns.
 """
 
 from __future__ import annotations
@@ -21,28 +24,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
-import socket
-import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 from ..jsonlimits import parse_json
 from ..scripted.renderer import Renderer
 from ..scripted.reply import OpeningError
-from ..scripted.script import Hang, Pause, Reset, Turn, body_actions, json_answer
+from ..scripted.script import Turn
+from .answers import TurnWriter
+from .answers import reset as _reset
+from .answers import send_json as _send_json
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 MAX_REQUEST_DEPTH = 64  # JSON nesting of a request body
-# A playback's headers the server never repeats: it frames the body itself.
-_FRAMING_HEADERS = frozenset(
-    {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
-)
 
 
 class BadRequest(Exception):
@@ -81,6 +79,11 @@ class ScriptedServer:
     # Instead of the next turn in order: the turn for this request (None: none matches,
     # answered 404 and logged, no turn consumed).
     select: Callable[[RecordedRequest], Turn | None] | None = None
+
+    @property
+    def _writer(self) -> TurnWriter:
+        """What writes each answer (`lab.answers`), in this server's protocol."""
+        return TurnWriter(self.protocol, self.paused)
 
     @property
     def stray_requests(self) -> list[RecordedRequest]:
@@ -231,7 +234,7 @@ class ScriptedServer:
             error = turn.opening_error(self.protocol)
             if turn.playback is not None:
                 request.outcome = "playback" if turn.status == 200 else f"HTTP {turn.status}"
-                finished = await self._play(reader, writer, turn, request.timeline)
+                finished = await self._writer.play(reader, writer, turn, request.timeline)
                 request.client_closed_early = not finished
                 request.timeline.append(
                     (time.monotonic(), "finished" if finished else "client closed")
@@ -249,10 +252,12 @@ class ScriptedServer:
                     only = OpeningError(400, "exhausted", "this scripted turn only streams")
                     await _send_json(writer, 400, self.protocol.error_body(only), {})
                 else:
-                    await self._answer_json(reader, writer, turn, request)
+                    request.outcome, request.client_closed_early = await self._writer.answer_json(
+                        reader, writer, turn, request.timeline
+                    )
             else:
                 request.outcome = "stream"
-                finished = await self._stream(reader, writer, turn, request.timeline)
+                finished = await self._writer.stream(reader, writer, turn, request.timeline)
                 request.client_closed_early = not finished
                 request.timeline.append(
                     (time.monotonic(), "finished" if finished else "client closed")
@@ -273,139 +278,12 @@ class ScriptedServer:
             return "'stream' must be true or false"
         return None
 
-    async def _answer_json(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        turn: Turn,
-        request: RecordedRequest,
-    ) -> None:
-        """A reply turn asked without a stream: the same reply and the same fault."""
-        assert turn.reply is not None
-        plan = json_answer(turn)
-        request.outcome = f"json ({plan.outcome})" if plan.outcome != "json" else "json"
-        client_gone = asyncio.ensure_future(reader.read())
-        try:
-            if plan.delay:
-                request.timeline.append((time.monotonic(), "stall"))
-                await asyncio.wait({client_gone}, timeout=plan.delay)
-                if client_gone.done():
-                    request.client_closed_early = True
-                    return
-            if plan.outcome == "drop":
-                _reset(writer)
-            elif plan.outcome == "hang":
-                request.timeline.append((time.monotonic(), "hang"))
-                self.paused.set()
-                await client_gone
-                request.client_closed_early = True
-            elif plan.outcome == "status":
-                reply = turn.reply
-                error = OpeningError(500, "server", reply.error_message)
-                await _send_json(writer, 500, self.protocol.error_body(error), {})
-            elif plan.outcome == "malformed":
-                await _send_bytes(writer, 200, b'{"id": "broken", "choices": [{"inde', {})
-            else:
-                payload = json.dumps(self.protocol.completion(turn.reply)).encode()
-                if plan.outcome == "cut":
-                    # The whole length is announced; half the body comes, then the end.
-                    await _send_bytes(writer, 200, payload, turn.headers, cut=len(payload) // 2)
-                else:
-                    await _send_bytes(writer, 200, payload, turn.headers)
-        finally:
-            client_gone.cancel()
-
-    async def _stream(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        turn: Turn,
-        timeline: list[tuple[float, str]],
-    ) -> bool:
-        """Play the turn's body; False if the client left before it was finished."""
-        head = _status_line(200) + b"content-type: text/event-stream\r\n"
-        head += b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\nconnection: close\r\n"
-        for name, value in turn.headers.items():
-            head += f"{name}: {value}\r\n".encode()
-        writer.write(head + b"\r\n")
-        return await self._send_chunked(reader, writer, turn, timeline)
-
-    async def _play(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        turn: Turn,
-        timeline: list[tuple[float, str]],
-    ) -> bool:
-        """A playback turn: its status and headers as recorded (the body's framing ones
-        left out: every playback body is sent chunked, one chunk per recorded read, so its
-        read boundaries survive and no length is announced that a fault would make wrong),
-        then its steps exactly."""
-        head = _status_line(turn.status)
-        for name, value in turn.raw_headers:
-            if name.lower() not in _FRAMING_HEADERS:
-                head += f"{name}: {value}\r\n".encode()
-        writer.write(head + b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n")
-        return await self._send_chunked(reader, writer, turn, timeline)
-
-    async def _send_chunked(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        turn: Turn,
-        timeline: list[tuple[float, str]],
-    ) -> bool:
-        """The turn's body actions as chunks; False if the client left before the end."""
-        client_gone = asyncio.ensure_future(reader.read())  # EOF: the client closed
-        try:
-            for action in body_actions(turn, self.protocol):
-                if client_gone.done():
-                    return False
-                if isinstance(action, bytes):
-                    if not action:
-                        continue  # an empty chunk would end the body
-                    writer.write(b"%x\r\n%s\r\n" % (len(action), action))
-                    await writer.drain()
-                elif isinstance(action, Pause):
-                    if action.seconds >= 0.1:  # stalls, not drip intervals
-                        timeline.append((time.monotonic(), "stall"))
-                    await asyncio.wait({client_gone}, timeout=action.seconds)
-                elif isinstance(action, Reset):
-                    _reset(writer)
-                    return True  # the reset is the script's own end
-                elif isinstance(action, Hang):
-                    timeline.append((time.monotonic(), "hang"))
-                    self.paused.set()
-                    await client_gone
-                    return False
-            if client_gone.done():
-                return False  # it left during the last action (a final stall)
-        except ConnectionError:
-            return False
-        finally:
-            client_gone.cancel()
-        # Every scripted byte was sent: a client that leaves before the terminating chunk
-        # (it has what it needs) did not leave early.
-        with contextlib.suppress(ConnectionError):
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-        return True
-
 
 def asks_websocket(headers: Mapping[str, str]) -> bool:
     """Whether a request asks to switch to a WebSocket (`Upgrade: websocket`)."""
     return any(
         part.strip().lower() == "websocket" for part in headers.get("upgrade", "").split(",")
     )
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Close with RST (SO_LINGER 0) rather than an orderly FIN."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()
 
 
 async def _read_request(reader: asyncio.StreamReader) -> RecordedRequest:
@@ -461,38 +339,6 @@ async def _head_line(reader: asyncio.StreamReader) -> bytes:
         return await reader.readuntil(b"\r\n")
     except asyncio.LimitOverrunError:
         raise BadRequest(f"a request head line is over the {MAX_HEAD_BYTES}-byte limit") from None
-
-
-def _status_line(status: int) -> bytes:
-    try:
-        reason = HTTPStatus(status).phrase
-    except ValueError:
-        reason = "Site Overloaded" if status == 529 else "Error"
-    return f"HTTP/1.1 {status} {reason}\r\n".encode()
-
-
-async def _send_json(
-    writer: asyncio.StreamWriter, status: int, body: object, headers: Mapping[str, str]
-) -> None:
-    await _send_bytes(writer, status, json.dumps(body).encode(), headers)
-
-
-async def _send_bytes(
-    writer: asyncio.StreamWriter,
-    status: int,
-    payload: bytes,
-    headers: Mapping[str, str],
-    *,
-    cut: int | None = None,
-) -> None:
-    """An `application/json` answer; `cut`: announce the whole payload but send only that
-    many bytes of it, then end the connection (a body that stops short)."""
-    head = _status_line(status) + b"content-type: application/json\r\n"
-    head += f"content-length: {len(payload)}\r\nconnection: close\r\n".encode()
-    for name, value in headers.items():
-        head += f"{name}: {value}\r\n".encode()
-    writer.write(head + b"\r\n" + (payload if cut is None else payload[:cut]))
-    await writer.drain()
 
 
 def check_loopback(host: str) -> str:

@@ -20,7 +20,13 @@ __all__ = [
     "provider",
 ]
 
-NAMES = ("responses", "chat", "anthropic", "gemini")  # one word per provider: its folder's name
+NAMES = (
+    "responses",
+    "chat",
+    "anthropic",
+    "gemini",
+    "bedrock",
+)  # one word per provider: its folder's name
 
 PROVIDERS: dict[str, Provider] = {
     name: importlib.import_module(f".{name}", __name__).PROVIDER for name in NAMES

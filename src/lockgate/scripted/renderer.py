@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Literal, NoReturn, Protocol
+from typing import Any, ClassVar, Literal, NoReturn, Protocol, runtime_checkable
 
 from .reply import (
     Broken,
@@ -29,6 +29,8 @@ from .reply import (
 )
 
 Frame = Mapping[str, Any]  # a native event, or {"raw": "bytes to send verbatim"}
+
+SSE_MEDIA_TYPE = "text/event-stream"
 
 
 def typed_sse_frame(event: Frame) -> bytes:
@@ -103,6 +105,20 @@ class Renderer(Protocol):
         """The result a request sends back for `call_id`, if it is where the protocol
         wants it (right after its call / first in the next user message); else None."""
         ...
+
+
+@runtime_checkable
+class FramedRenderer(Protocol):
+    """A renderer whose streamed body is not SSE (Bedrock's binary event stream) states its
+    media type; every other renderer's body is `text/event-stream`."""
+
+    @property
+    def media_type(self) -> str: ...
+
+
+def media_type(renderer: Renderer) -> str:
+    """The content type of `renderer`'s streamed body."""
+    return renderer.media_type if isinstance(renderer, FramedRenderer) else SSE_MEDIA_TYPE
 
 
 class StreamFlagRenderer:
