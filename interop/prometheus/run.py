@@ -2,7 +2,6 @@
 every alert rule answered from the series it scraped.
 
     python -m interop.prometheus.run [--workers 2] [--rounds 4] [--timeout 120]
-                                     [--allow-unwired]
 
 Starts, all on loopback and in a temporary folder: a scripted Chat Completions upstream
 (the lab's `ServerThread`; each request's `model` says what it answers), `lockgate proxy
@@ -27,7 +26,7 @@ Prints Prometheus' version, then a table: query, series returned (a query whose 
 series is NaN, a ratio of rates that saw no increase, fails as `NaN ONLY`). Readiness and the
 held-bytes budget are what the server states (`ProxyMetrics.set_ready`,
 `set_held_limit`); if it states neither (0 where 1 and the budget were due), the queries
-that need them say UNWIRED, a failure unless `--allow-unwired`. Exit 0 when every query
+that need them say UNWIRED, a failure. Exit 0 when every query
 returned series and every rule is healthy, 1 otherwise, 2 when `prometheus` is missing or
 a process did not start (one line).
 """
@@ -382,13 +381,10 @@ def _check(
     ]
     if unwired:
         line = (
-            f"unwired: {', '.join(sorted(unwired))} (the server does not state them yet: "
+            f"unwired: {', '.join(sorted(unwired))} (the server did not state them: "
             "ProxyMetrics.set_ready / set_held_limit)"
         )
-        if args.allow_unwired:
-            print(f"note: {line}")
-        else:
-            failures.append(line)
+        failures.append(line)
     if failures:
         print()
         for failure in failures:
@@ -407,11 +403,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=4, help="requests of each kind")
     parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument(
-        "--allow-unwired",
-        action="store_true",
-        help="readiness and the held-bytes budget not stated by the server is a note",
-    )
     return parser
 
 

@@ -1,9 +1,7 @@
 """The real Prometheus run (`python -m interop.prometheus.run`), opt in: with
 `LOCKGATE_REAL_PROMETHEUS=1` and `prometheus` on PATH (Debian: `apt-get install
 prometheus`). It starts a loopback upstream, `lockgate proxy --workers 2` and a Prometheus
-scraping it every second, and takes about half a minute: out of the default run.
-`LOCKGATE_REAL_PROMETHEUS_ALLOW_UNWIRED=1` passes `--allow-unwired` (readiness and the
-held-bytes budget not yet stated by the server are a note, not a failure)."""
+scraping it every second, and takes about half a minute: out of the default run."""
 
 from __future__ import annotations
 
@@ -30,8 +28,6 @@ pytestmark = [
 
 def test_a_real_prometheus_answers_every_dashboard_query_and_rule_over_two_workers() -> None:
     command = [sys.executable, "-m", "interop.prometheus.run", "--workers", "2"]
-    if os.environ.get("LOCKGATE_REAL_PROMETHEUS_ALLOW_UNWIRED") == "1":
-        command.append("--allow-unwired")
     ran = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
