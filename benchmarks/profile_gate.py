@@ -1,0 +1,92 @@
+"""The gate's CPU per event in-process, without the wire: `GatingStream` over the proxy
+benchmark's generated streams (`_streams.py`, OpenAI-shaped Chat chunks), one frame per
+read, as `benchmarks/proxy.py`'s CPU rows feed them. Prints µs per event (best of N runs)
+and, with `--profile`, cProfile's top functions by own time.
+
+Run: `.venv/bin/python benchmarks/profile_gate.py [--profile] [--runs N] [--text N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a script
+
+from benchmarks._common import request_body
+from benchmarks._streams import StreamSpec, stream_frames
+from lockgate.providers import PROVIDERS
+from lockgate.proxy.engine import Accepted, GatingStream
+
+
+class _Body:
+    """The upstream body as the proxy's (`engine.ResumableBody`): one frame a read."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self._frames = iter(frames)
+
+    async def read_chunk(self) -> bytes:
+        return next(self._frames, b"")
+
+    async def aclose(self) -> None:
+        pass
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:  # unused: read_chunk is
+        while chunk := await self.read_chunk():
+            yield chunk
+
+
+async def one(frames: list[bytes], request: dict[str, object]) -> int:
+    stream = GatingStream(PROVIDERS["chat"], request, _Body(frames))
+    out = 0
+    async for piece in stream:
+        out += len(piece)
+    assert isinstance(stream.outcome, Accepted), stream.outcome
+    return out
+
+
+async def run(frames: list[bytes], request: dict[str, object], streams: int) -> float:
+    started = time.process_time()
+    for _ in range(streams):
+        await one(frames, request)
+    return (time.process_time() - started) / (len(frames) * streams) * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--streams", type=int, default=5)
+    parser.add_argument("--text", type=int, default=2000)
+    args = parser.parse_args()
+    request = json.loads(request_body("chat"))
+    half = args.text // 2
+    specs = {
+        "text": StreamSpec("chat", "chunks", args.text, 0, style="openai"),
+        "tool call": StreamSpec("chat", "chunks", half, half, style="openai"),
+    }
+    for label, spec in specs.items():
+        frames = stream_frames(spec)
+        asyncio.run(run(frames, request, 1))  # warm
+        if args.profile:
+            profile = cProfile.Profile(time.process_time)
+            profile.enable()
+            asyncio.run(run(frames, request, args.streams))
+            profile.disable()
+            print(f"--- {label}")
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+            continue
+        best = min(asyncio.run(run(frames, request, args.streams)) for _ in range(args.runs))
+        print(f"{label:9} {best:6.2f} µs/event ({len(frames):,} frames a stream)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
