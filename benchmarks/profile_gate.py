@@ -3,7 +3,11 @@ benchmark's generated streams (`_streams.py`, OpenAI-shaped Chat chunks), one fr
 read, as `benchmarks/proxy.py`'s CPU rows feed them. Prints µs per event (best of N runs)
 and, with `--profile`, cProfile's top functions by own time.
 
-Run: `.venv/bin/python benchmarks/profile_gate.py [--profile] [--runs N] [--text N]`.
+`--wire`: cProfile inside the proxy's own process instead (`_proxy.py lockgate`, with
+`LOCKGATE_BENCH_PROFILE`), the benchmark's client reading the streams through it from the
+benchmark server (aiohttp's share included).
+
+Run: `.venv/bin/python benchmarks/profile_gate.py [--profile | --wire] [--runs N] [--text N]`.
 """
 
 from __future__ import annotations
@@ -14,15 +18,20 @@ import cProfile
 import json
 import pstats
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a script
 
 from benchmarks._common import request_body
 from benchmarks._streams import StreamSpec, stream_frames
 from lockgate.providers import PROVIDERS
+
+if TYPE_CHECKING:
+    from benchmarks._proxy import Proxy
 from lockgate.proxy.engine import Accepted, GatingStream
 
 
@@ -59,9 +68,32 @@ async def run(frames: list[bytes], request: dict[str, object], streams: int) -> 
     return (time.process_time() - started) / (len(frames) * streams) * 1e6
 
 
+def wire(label: str, spec: StreamSpec, streams: int) -> None:
+    """cProfile inside `lockgate proxy`'s process (`_proxy.py`) while the benchmark's client
+    reads `streams` streams of `spec` through it from the benchmark server."""
+    from benchmarks._common import server
+    from benchmarks._proxy import client_session, drive, proxy_process
+
+    async def read(proxy: Proxy) -> None:
+        async with client_session(1) as session:
+            outcome = await drive(session, proxy, spec, streams, concurrent=False)
+            assert not outcome.failures, outcome.failures[:1]
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "proxy.prof")
+        with (
+            server() as origin,
+            proxy_process("lockgate", origin, {"LOCKGATE_BENCH_PROFILE": path}) as proxy,
+        ):
+            asyncio.run(read(proxy))
+        print(f"--- {label}, in the proxy's process")
+        pstats.Stats(path).sort_stats("tottime").print_stats(30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--wire", action="store_true", help="profile the proxy's process")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--streams", type=int, default=5)
     parser.add_argument("--text", type=int, default=2000)
@@ -73,6 +105,13 @@ def main() -> int:
         "tool call": StreamSpec("chat", "chunks", half, half, style="openai"),
     }
     for label, spec in specs.items():
+        if args.wire:
+            wire(
+                label,
+                StreamSpec("chat", "chunks", spec.text, spec.arguments, gap_us=100, style="openai"),
+                args.streams,
+            )
+            continue
         frames = stream_frames(spec)
         asyncio.run(run(frames, request, 1))  # warm
         if args.profile:
