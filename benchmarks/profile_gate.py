@@ -87,7 +87,9 @@ def wire(label: str, spec: StreamSpec, streams: int) -> None:
         ):
             asyncio.run(read(proxy))
         print(f"--- {label}, in the proxy's process")
-        pstats.Stats(path).sort_stats("tottime").print_stats(30)
+        stats = pstats.Stats(path)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(r"lockgate/proxy|aiohttp/web_|http_writer", 30)
 
 
 def main() -> int:

@@ -299,6 +299,10 @@ class SSEFramer:
     def _feed_lf(self, chunk: bytes) -> list[RawFrame]:
         buf = self._buf
         if not buf and chunk.endswith(_BLANK) and len(chunk) <= self._max:
+            if chunk.startswith(b"data: ") and chunk.find(_LF) == len(chunk) - 2:
+                # One `data: X` frame, its line end the only LF but the blank line's (the
+                # commonest read): what `_frame` makes of it, without the splits.
+                return [RawFrame(chunk, ServerSentEvent(None, chunk[6:-2]), False)]
             contents = chunk.split(_BLANK)
             if not contents[-1]:  # whole frames, and nothing after them (the common read)
                 contents.pop()
