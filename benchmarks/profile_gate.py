@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import pstats
@@ -68,7 +69,7 @@ async def run(frames: list[bytes], request: dict[str, object], streams: int) -> 
     return (time.process_time() - started) / (len(frames) * streams) * 1e6
 
 
-def wire(label: str, spec: StreamSpec, streams: int) -> None:
+def wire(label: str, spec: StreamSpec, streams: int, kind: str = "lockgate") -> None:
     """cProfile inside `lockgate proxy`'s process (`_proxy.py`) while the benchmark's client
     reads `streams` streams of `spec` through it from the benchmark server."""
     from benchmarks._common import server
@@ -79,12 +80,14 @@ def wire(label: str, spec: StreamSpec, streams: int) -> None:
             outcome = await drive(session, proxy, spec, streams, concurrent=False)
             assert not outcome.failures, outcome.failures[:1]
 
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
         path = str(Path(folder) / "proxy.prof")
-        with (
-            server() as origin,
-            proxy_process("lockgate", origin, {"LOCKGATE_BENCH_PROFILE": path}) as proxy,
-        ):
+        env = {"LOCKGATE_BENCH_PROFILE": path}
+        if kind == "lockgate-otel":
+            from benchmarks.proxy import otlp_sink
+
+            env["LOCKGATE_BENCH_OTLP"] = stack.enter_context(otlp_sink())
+        with server() as origin, proxy_process(kind, origin, env) as proxy:
             asyncio.run(read(proxy))
         print(f"--- {label}, in the proxy's process")
         stats = pstats.Stats(path)
@@ -96,6 +99,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--wire", action="store_true", help="profile the proxy's process")
+    parser.add_argument(
+        "--kind",
+        default="lockgate",
+        choices=("lockgate", "lockgate-nometrics", "lockgate-otel"),
+        help="which proxy of _proxy.py --wire profiles",
+    )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--streams", type=int, default=5)
     parser.add_argument("--text", type=int, default=2000)
@@ -112,6 +121,7 @@ def main() -> int:
                 label,
                 StreamSpec("chat", "chunks", spec.text, spec.arguments, gap_us=100, style="openai"),
                 args.streams,
+                args.kind,
             )
             continue
         frames = stream_frames(spec)
