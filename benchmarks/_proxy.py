@@ -731,7 +731,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-if __name__ == "__main__":
+def _main() -> None:
     with contextlib.suppress(KeyboardInterrupt):
         if sys.argv[1].endswith("-asyncio"):
             asyncio.run(_serve(sys.argv[1], sys.argv[2]))
@@ -739,3 +739,15 @@ if __name__ == "__main__":
             from lockgate.proxy import loop_policy
 
             loop_policy.run(_serve(sys.argv[1], sys.argv[2]))
+
+
+if __name__ == "__main__":
+    profile_to = os.environ.get("LOCKGATE_BENCH_PROFILE")  # `profile_gate.py --wire`
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)  # CPU time, as the benchmark counts
+        profiler.runcall(_main)
+        profiler.dump_stats(profile_to)
+    else:
+        _main()

@@ -55,7 +55,8 @@ project dependency), e.g. `python3 -m venv /tmp/litellm-venv &&
 on the PATH), else its rows say SKIPPED. Prints MET / NOT MET with the figure and the
 baseline of the same run; exits 0 unless something failed to run.
 Run: `python3 dev.py bench` or `.venv/bin/python benchmarks/proxy.py [--quick] [--otel]
-[--litellm-python PATH]`.
+[--only cpu] [--litellm-python PATH]` (`--only cpu`: the CPU rows and the targets they
+decide, nothing else).
 """
 
 from __future__ import annotations
@@ -319,6 +320,10 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
         )
         print("  " + metrics_seen(proxies))
 
+        if args.only == "cpu":
+            print()
+            return errors + report_cpu(cpu, specs, loop, plan, otel_skip, litellm_skip, report)
+
         # --- latency, RSS, failures -------------------------------------------------------
         heading("added latency of a text delta (through the proxy minus direct), RSS per stream")
         targets = [direct(origin), *(p for p in proxies if p.name in ("passthrough", "lockgate"))]
@@ -385,38 +390,7 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
 
     # --- the targets ----------------------------------------------------------------------
     print()
-    uvloop = uvloop_version()
-    expected = "asyncio" if sys.platform == "win32" or uvloop is None else "uvloop"
-    report.check(
-        "uvloop by default where it exists",
-        loop == expected,
-        f"`lockgate proxy` runs on {loop}"
-        + (f" (uvloop {uvloop} installed)" if uvloop else " (uvloop not installed here)"),
-    )
-    for label, limit in (("text", TEXT_LIMIT), ("tool call", TOOL_LIMIT)):
-        ratio = cpu.ratio("lockgate", "passthrough", label)
-        note = ""
-        if cpu.has("lockgate-asyncio", label):
-            note = (
-                f"; on asyncio {cpu.median('lockgate-asyncio', label):.1f} vs"
-                f" {cpu.median('passthrough-asyncio', label):.1f} µs ="
-                f" {cpu.ratio('lockgate-asyncio', 'passthrough-asyncio', label):.2f}x"
-            )
-        report.check(
-            f"CPU per event ({label}) <= {limit}x the pass-through ({loop})",
-            ratio <= limit,
-            f"{cpu.median('lockgate', label):.1f} vs {cpu.median('passthrough', label):.1f} µs"
-            f" = {ratio:.2f}x (paired median of {plan.rounds}){note}",
-        )
-    if cpu.has("passthrough-asyncio", "text"):
-        print(
-            "  (lockgate on uvloop against the pass-through on asyncio's loop, aiohttp's default: "
-            + ", ".join(
-                f"{label} {cpu.ratio('lockgate', 'passthrough-asyncio', label):.2f}x"
-                for label in specs
-            )
-            + ")"
-        )
+    report_cpu(cpu, specs, loop, plan, otel_skip, litellm_skip, report, checks="loop")
     if 100 in plan.latency:
         lags = added[("lockgate", 100)]
         p99 = statistics.median(p for _, p in lags)
@@ -437,46 +411,7 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
         f" {per_stream:.1f} KiB per stream (RSS: peak {many.peak_rss_kib / 1024:.0f} MiB,"
         f" {idle['lockgate'] / 1024:.0f} MiB idle)",
     )
-    costs = {label: cpu.ratio("lockgate", "lockgate-nometrics", label) - 1 for label in specs}
-    metrics_text = ", ".join(f"{label} {cost:+.1%}" for label, cost in costs.items())
-    if otel_skip is None:
-        otel = {
-            label: cpu.ratio("lockgate-otel", "lockgate-nometrics", label) - 1 for label in specs
-        }
-        report.check(
-            f"metrics + OTel <= {OVERHEAD_LIMIT:.0%} of lockgate's CPU per event",
-            all(cost <= OVERHEAD_LIMIT for cost in otel.values()),
-            "metrics and a tracer on vs both off: "
-            + ", ".join(f"{label} {cost:+.1%}" for label, cost in otel.items())
-            + f" (metrics alone: {metrics_text})",
-        )
-    else:  # half of the target measured: not met, with the half that was
-        report.check(
-            f"metrics + OTel <= {OVERHEAD_LIMIT:.0%} of lockgate's CPU per event",
-            False,
-            f"OTel not measured: {otel_skip}; metrics on vs off: {metrics_text}"
-            f" ({'within' if all(c <= OVERHEAD_LIMIT for c in costs.values()) else 'over'}"
-            f" {OVERHEAD_LIMIT:.0%})",
-        )
-    if cpu.has("litellm", "text"):
-        factors = {
-            label: cpu.median("litellm", label) / cpu.median("lockgate", label) for label in specs
-        }
-        report.check(
-            f"LiteLLM's CPU per event >= {LITELLM_FACTOR:g}x lockgate's",
-            all(factor >= LITELLM_FACTOR for factor in factors.values()),
-            ", ".join(
-                f"{label}: {cpu.median('litellm', label):.1f} vs"
-                f" {cpu.median('lockgate', label):.1f} µs = {factor:.1f}x"
-                for label, factor in factors.items()
-            ),
-        )
-    else:
-        report.check(
-            f"LiteLLM's CPU per event >= {LITELLM_FACTOR:g}x lockgate's (SKIPPED)",
-            False,
-            f"LiteLLM {litellm_skip}",
-        )
+    report_cpu(cpu, specs, loop, plan, otel_skip, litellm_skip, report, checks="costs")
     baseline = paced["direct"].latencies
     b50, b99 = percentile(baseline, 0.5), percentile(baseline, 0.99)
     cells = []
@@ -504,6 +439,98 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
             f"{double:,.0f} vs {single:,.0f} events/s = {double / single:.2f}x",
         )
     return errors
+
+
+def report_cpu(
+    cpu: Pairs,
+    specs: dict[str, StreamSpec],
+    loop: str,
+    plan: Plan,
+    otel_skip: str | None,
+    litellm_skip: str,
+    report: Report,
+    checks: str = "all",
+) -> int:
+    """The targets the CPU rows decide: the loop and the CPU ratios (`checks="loop"`), what
+    the metrics, OTel and LiteLLM cost (`"costs"`), or all of them (`--only cpu`)."""
+    if checks in ("all", "loop"):
+        uvloop = uvloop_version()
+        expected = "asyncio" if sys.platform == "win32" or uvloop is None else "uvloop"
+        report.check(
+            "uvloop by default where it exists",
+            loop == expected,
+            f"`lockgate proxy` runs on {loop}"
+            + (f" (uvloop {uvloop} installed)" if uvloop else " (uvloop not installed here)"),
+        )
+        for label, limit in (("text", TEXT_LIMIT), ("tool call", TOOL_LIMIT)):
+            ratio = cpu.ratio("lockgate", "passthrough", label)
+            note = ""
+            if cpu.has("lockgate-asyncio", label):
+                note = (
+                    f"; on asyncio {cpu.median('lockgate-asyncio', label):.1f} vs"
+                    f" {cpu.median('passthrough-asyncio', label):.1f} µs ="
+                    f" {cpu.ratio('lockgate-asyncio', 'passthrough-asyncio', label):.2f}x"
+                )
+            report.check(
+                f"CPU per event ({label}) <= {limit}x the pass-through ({loop})",
+                ratio <= limit,
+                f"{cpu.median('lockgate', label):.1f} vs {cpu.median('passthrough', label):.1f} µs"
+                f" = {ratio:.2f}x (paired median of {plan.rounds}){note}",
+            )
+        if cpu.has("passthrough-asyncio", "text"):
+            print(
+                "  (lockgate on uvloop against the pass-through on asyncio's loop,"
+                " aiohttp's default: "
+                + ", ".join(
+                    f"{label} {cpu.ratio('lockgate', 'passthrough-asyncio', label):.2f}x"
+                    for label in specs
+                )
+                + ")"
+            )
+    if checks in ("all", "costs"):
+        costs = {label: cpu.ratio("lockgate", "lockgate-nometrics", label) - 1 for label in specs}
+        metrics_text = ", ".join(f"{label} {cost:+.1%}" for label, cost in costs.items())
+        if otel_skip is None:
+            otel = {
+                label: cpu.ratio("lockgate-otel", "lockgate-nometrics", label) - 1
+                for label in specs
+            }
+            report.check(
+                f"metrics + OTel <= {OVERHEAD_LIMIT:.0%} of lockgate's CPU per event",
+                all(cost <= OVERHEAD_LIMIT for cost in otel.values()),
+                "metrics and a tracer on vs both off: "
+                + ", ".join(f"{label} {cost:+.1%}" for label, cost in otel.items())
+                + f" (metrics alone: {metrics_text})",
+            )
+        else:  # half of the target measured: not met, with the half that was
+            report.check(
+                f"metrics + OTel <= {OVERHEAD_LIMIT:.0%} of lockgate's CPU per event",
+                False,
+                f"OTel not measured: {otel_skip}; metrics on vs off: {metrics_text}"
+                f" ({'within' if all(c <= OVERHEAD_LIMIT for c in costs.values()) else 'over'}"
+                f" {OVERHEAD_LIMIT:.0%})",
+            )
+        if cpu.has("litellm", "text"):
+            factors = {
+                label: cpu.median("litellm", label) / cpu.median("lockgate", label)
+                for label in specs
+            }
+            report.check(
+                f"LiteLLM's CPU per event >= {LITELLM_FACTOR:g}x lockgate's",
+                all(factor >= LITELLM_FACTOR for factor in factors.values()),
+                ", ".join(
+                    f"{label}: {cpu.median('litellm', label):.1f} vs"
+                    f" {cpu.median('lockgate', label):.1f} µs = {factor:.1f}x"
+                    for label, factor in factors.items()
+                ),
+            )
+        else:
+            report.check(
+                f"LiteLLM's CPU per event >= {LITELLM_FACTOR:g}x lockgate's (SKIPPED)",
+                False,
+                f"LiteLLM {litellm_skip}",
+            )
+    return 0
 
 
 async def workers_run(origin: str, workers: int, plan: Plan) -> tuple[float, float]:
@@ -547,6 +574,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="one round, shorter streams")
     parser.add_argument("--otel", action="store_true", help="also lockgate with a tracer")
+    parser.add_argument(
+        "--only", choices=("cpu",), help="only the CPU rows (and the targets they decide)"
+    )
     parser.add_argument(
         "--litellm-python", metavar="PATH", help="the python of a venv with litellm[proxy]"
     )

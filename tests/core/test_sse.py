@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lockgate.errors import FailureKind, ResponseFailure
-from lockgate.sse import ServerSentEvent, SSEDecoder, canonical_frame
+from lockgate.sse import ServerSentEvent, SSEDecoder, SSEFramer, canonical_frame, canonical_raw
 
 
 def decode_all(chunks: list[bytes], limit: int = 1 << 20) -> list[ServerSentEvent]:
@@ -186,3 +186,39 @@ def test_what_no_frame_carries_unambiguously_is_refused(event: ServerSentEvent) 
     with pytest.raises(ResponseFailure) as raised:
         canonical_frame(event)
     assert raised.value.kind is FailureKind.MALFORMED_EVENT
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'data: {"a":1}\n\n',  # canonical: its own bytes
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n',
+        b'data:{"a":1}\n\n',  # no space after the colon
+        b'data: {"a":1}\r\n\r\n',  # CRLF
+        b'data: {"a":\n1}\n\n',  # a line without a field
+        b'data: {"a":1}\ndata: {"b":2}\n\n',  # two data lines
+        b'data: {"a":1}\n: comment\n\n',
+        b'id: 7\ndata: {"a":1}\n\n',
+        b'event: delta\ndata: {"a":1}\n\n',
+        'data: {"a":"x\u2028y"}\n\n'.encode(),  # a separator some readers split on
+        'data: {"a":"\ufeffy"}\n\n'.encode(),
+        'data: {"a":"\u00e9\u2019"}\n\n'.encode(),  # a separator's lead byte, no separator
+        b'data: {"a":"\x0b"}\n\n',
+    ],
+)
+def test_a_frame_goes_out_as_its_own_bytes_only_when_they_are_the_canonical_ones(
+    body: bytes,
+) -> None:
+    for frame in SSEFramer().feed(body):
+        if frame.event is None:
+            continue
+        try:
+            expected = canonical_frame(frame.event)
+        except ResponseFailure:
+            with pytest.raises(ResponseFailure):
+                canonical_raw(frame)
+            continue
+        sent = canonical_raw(frame)
+        assert sent == expected
+        if frame.raw.isascii() and frame.event.event is None and frame.raw == expected:
+            assert sent is frame.raw  # no copy of a frame already canonical

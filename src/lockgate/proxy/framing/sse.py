@@ -7,7 +7,7 @@ this is the proxy's use of it."""
 from __future__ import annotations
 
 from ...gateway import Gateway, Refusal
-from ...sse import RawFrame, ServerSentEvent, SSEFramer, canonical_frame
+from ...sse import RawFrame, ServerSentEvent, SSEFramer, canonical_frame, canonical_raw
 
 __all__ = ["SSEFraming"]
 
@@ -35,8 +35,7 @@ class SSEFraming:
         return self._framer.finish()
 
     def encode(self, frame: RawFrame) -> bytes:
-        assert frame.event is not None
-        return canonical_frame(frame.event)
+        return canonical_raw(frame)
 
     def frame(self, event: ServerSentEvent) -> bytes:
         return canonical_frame(event)
