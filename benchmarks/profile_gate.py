@@ -73,7 +73,8 @@ def wire(label: str, spec: StreamSpec, streams: int, kind: str = "lockgate") -> 
     """cProfile inside `lockgate proxy`'s process (`_proxy.py`) while the benchmark's client
     reads `streams` streams of `spec` through it from the benchmark server."""
     from benchmarks._common import server
-    from benchmarks._proxy import client_session, drive, proxy_process
+    from benchmarks._load import client_session, drive
+    from benchmarks._proxy import proxy_process
 
     async def read(proxy: Proxy) -> None:
         async with client_session(1) as session:

@@ -81,21 +81,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # when run as a sc
 import aiohttp
 
 from benchmarks._common import Report, heading, raise_fd_limit, server
-from benchmarks._proxy import (
-    STAMP_CHARS,
+from benchmarks._load import (
     Outcome,
     Paced,
-    Proxy,
     client_session,
-    direct,
     drive,
     fixed_rate,
+    percentile,
+    saturate,
+)
+from benchmarks._proxy import (
+    STAMP_CHARS,
+    Proxy,
+    direct,
     litellm_command,
     litellm_process,
     litellm_version,
-    percentile,
     proxy_process,
-    saturate,
     tracing_wired,
     uvloop_version,
     workers_process,
