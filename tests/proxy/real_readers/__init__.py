@@ -1,5 +1,5 @@
 """The real Python readers of the gate's output: the installed libraries themselves, each as
-a client uses it, reading over HTTP (no port of their rules, unlike `readers.py`).
+a client uses it, reading over HTTP (no port of their rules, unlike `readers`).
 
 - `openai-chat`: openai-python, `client.chat.completions.create(stream=True)`, every chunk
   accumulated by the SDK's own `ChatCompletionStreamState` (what `chat.completions.stream`
