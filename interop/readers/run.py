@@ -80,7 +80,7 @@ from .judge import Totals, judge
 __all__ = ["PACKAGES", "READERS", "main"]
 
 # The audit's versions where the registry has them (openai 6.49.0, @anthropic-ai/sdk 1.16.0,
-# @google/genai 1.30.0: the sources `tests/proxy/readers.py` ports), the AI SDK as
+# @google/genai 1.30.0: the sources `tests/proxy/readers/` ports), the AI SDK as
 # interop/agents pins it, @ai-sdk/google the registry's latest on 2026-12-04.
 PACKAGES: dict[str, str] = {
     "openai": "6.49.0",
