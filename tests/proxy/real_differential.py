@@ -1,6 +1,6 @@
 """Differential with the real readers: mutated real recordings through `lockgate proxy` (in
 process, on loopback) and through the transport (`gated_client()`), read by the installed
-openai, anthropic, google-genai and litellm libraries (`real_readers.py`).
+openai, anthropic, google-genai and litellm libraries (`real_readers/`).
 
     .venv/bin/python -m tests.proxy.real_differential --budget N --seed S [--corpus DIR]
         [--show K] [--save DIR] [--whole]
