@@ -28,10 +28,11 @@ from lockgate.providers.bedrock.render import RENDERER
 from lockgate.providers.bedrock.scenarios import SCENARIOS
 from lockgate.proxy.framing import framing_for
 from lockgate.proxy.server import ProxyConfig, ProxyRecord, serving
+from lockgate.scripted.reply import Call
 from lockgate.scripted.script import Turn
 
 from .support import request_for
-from .test_server import ACCEPTED, INVALID_SECOND, gating, origin
+from .test_server import ACCEPTED, INVALID_SECOND, READ, call_reply, gating, origin
 from .test_server_protocols import recording_upstream
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"  # boto3 sends its `:` as `%3A`
@@ -102,9 +103,14 @@ async def test_a_complete_tool_call_response_reaches_boto3_whole() -> None:
     assert record.outcome == "passed"
 
 
-async def test_an_invalid_second_call_raises_in_boto3_before_any_tool_use() -> None:
+# The second call names no declared tool, or breaks its tool's `inputSchema.json`.
+AGAINST_SCHEMA = call_reply(Call("call_1", "read", READ), Call("call_2", "edit", {"path": 1}))
+
+
+@pytest.mark.parametrize("turn", [INVALID_SECOND, AGAINST_SCHEMA], ids=["unknown", "schema"])
+async def test_an_invalid_second_call_raises_in_boto3_before_any_tool_use(turn: Turn) -> None:
     events: list[dict[str, Any]] = []
-    async with proxied([INVALID_SECOND]) as (url, _, records):
+    async with proxied([turn]) as (url, _, records):
         with pytest.raises(EventStreamError) as raised:
             await asyncio.to_thread(read_stream, url, events)
     error = raised.value.response["Error"]
