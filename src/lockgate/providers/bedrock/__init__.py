@@ -14,6 +14,7 @@ from .codec import BedrockCodec
 from .errors import classify_bedrock_failure
 
 if TYPE_CHECKING:
+    from ...gateway import Gateway
     from ...scripted.renderer import Renderer
     from ...scripted.scenario import Scenario
     from ...transport import Transport, TransportOptions
@@ -28,6 +29,12 @@ def _transport(options: TransportOptions) -> Transport:
     from .transport import BedrockTransport  # imports httpx2's client: only when needed
 
     return BedrockTransport(options)
+
+
+def _gateway() -> Gateway:
+    from .gateway import GATEWAY
+
+    return GATEWAY
 
 
 def _render() -> Renderer:
@@ -58,6 +65,7 @@ PROVIDER = Provider(
     make_codec=BedrockCodec.from_options,
     make_transport=_transport,
     classify_error=classify_bedrock_failure,
+    gateway=_gateway,
     render=_render,
     scenarios=_scenarios,
     unplayable=_unplayable,

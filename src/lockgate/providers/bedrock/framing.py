@@ -27,14 +27,18 @@ from ...eventstream import (
     EventStreamError,
     EventStreamTooLarge,
     Header,
+    encode_message,
 )
 from ...sse import ServerSentEvent
 
 __all__ = [
     "ERROR_PREFIX",
     "EXCEPTION_PREFIX",
+    "WIRE",
     "EventStreamFramer",
+    "EventStreamWire",
     "as_event",
+    "as_message",
     "failure_of",
     "message_headers",
 ]
@@ -108,3 +112,43 @@ class EventStreamFramer:
         except EventStreamError as error:
             raise failure_of(error) from None
         return []
+
+
+def as_message(event: ServerSentEvent) -> bytes:
+    """An event (as `as_event` makes them) as the event-stream message it reads as: the
+    inverse of `as_event`, for an event lockgate writes itself (a refusal, a rewrite)."""
+    name = event.event or ""
+    if name.startswith(EXCEPTION_PREFIX):
+        headers = message_headers(name[len(EXCEPTION_PREFIX) :], "exception")
+        return encode_message(headers, event.data)
+    if name.startswith(ERROR_PREFIX):
+        text = event.data.decode("utf-8", "replace")
+        error_headers = (
+            Header.string(":error-code", name[len(ERROR_PREFIX) :]),
+            Header.string(":error-message", text),
+            Header.string(":message-type", "error"),
+        )
+        return encode_message(error_headers, b"")
+    if not name:
+        raise ValueError("an event-stream event needs a name (its :event-type)")
+    return encode_message(message_headers(name), event.data)
+
+
+class EventStreamWire:
+    """Bedrock's event-stream mapping, as the proxy's event-stream framing reads it
+    (`proxy.framing.eventstream.EventStreamMapping`): messages to events, events to
+    messages, codec errors to failures."""
+
+    __slots__ = ()
+
+    def as_event(self, message: EventMessage) -> ServerSentEvent:
+        return as_event(message)
+
+    def as_message(self, event: ServerSentEvent) -> bytes:
+        return as_message(event)
+
+    def failure_of(self, error: EventStreamError) -> ResponseFailure:
+        return failure_of(error)
+
+
+WIRE = EventStreamWire()

@@ -3,8 +3,8 @@ into `RawFrame`s, one event each, and writes events back for the client. The gat
 events only; each wire is a `Gateway` (a protocol's meaning) and a `Framing` (its wire),
 chosen by the answer's target (`ProtocolTarget.framing`), never a branch in a stage.
 
-Only SSE is here (`sse.py`); an eventstream or WebSocket framing is one more entry in
-`FRAMINGS`.
+SSE (`sse.py`) and the AWS event stream (`eventstream.py`, for a gateway with an
+`eventstream` mapping) are here; a WebSocket framing is one more entry in `FRAMINGS`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,17 @@ from typing import Protocol
 
 from ...gateway import Gateway, Refusal
 from ...sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent
+from .eventstream import EventStreamFraming
 from .sse import SSEFraming
 
-__all__ = ["FRAMINGS", "Framing", "RawFrame", "SSEFraming", "framing_for"]
+__all__ = [
+    "FRAMINGS",
+    "EventStreamFraming",
+    "Framing",
+    "RawFrame",
+    "SSEFraming",
+    "framing_for",
+]
 
 
 class Framing(Protocol):
@@ -60,7 +68,10 @@ class Framing(Protocol):
 
 
 # Each wire's framing by name (`ProtocolTarget.framing`): a gateway and a size bound in.
-FRAMINGS: dict[str, Callable[[Gateway, int], Framing]] = {"sse": SSEFraming}
+FRAMINGS: dict[str, Callable[[Gateway, int], Framing]] = {
+    "sse": SSEFraming,
+    "eventstream": EventStreamFraming,
+}
 
 
 def framing_for(
