@@ -76,6 +76,17 @@ def attributes(item: Any) -> dict[str, object]:
 
 class _Receiver:
     received: Received
+    protocol: str  # OTEL_EXPORTER_OTLP_PROTOCOL
+
+    @property
+    def endpoint(self) -> str:
+        raise NotImplementedError
+
+    def environ(self) -> dict[str, str]:
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": self.protocol,
+        }
 
     def spans(self) -> list[Span]:
         return [
@@ -139,6 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
 class HttpReceiver(_Receiver):
     """OTLP/HTTP (protobuf) on 127.0.0.1, an ephemeral port."""
 
+    protocol = "http/protobuf"
+
     def __init__(self) -> None:
         self.received = Received()
         handler = type("Handler", (_Handler,), {"received": self.received})
@@ -151,12 +164,6 @@ class HttpReceiver(_Receiver):
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
-
-    def environ(self) -> dict[str, str]:
-        return {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        }
 
     def __enter__(self) -> HttpReceiver:
         self._thread.start()
@@ -175,6 +182,8 @@ class HttpReceiver(_Receiver):
 
 class GrpcReceiver(_Receiver):
     """OTLP/gRPC (insecure) on 127.0.0.1, an ephemeral port."""
+
+    protocol = "grpc"
 
     def __init__(self) -> None:
         grpc: Any = importlib.import_module("grpc")
@@ -204,12 +213,6 @@ class GrpcReceiver(_Receiver):
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def environ(self) -> dict[str, str]:
-        return {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-        }
 
     def __enter__(self) -> GrpcReceiver:
         self._server.start()
