@@ -149,3 +149,15 @@ class BlockMessages:
     def finish(self) -> list[Block]:
         self._check_answered()
         return self.messages
+
+    def build(
+        self, history: Sequence[Message], blocks: Callable[[Message], list[Block]]
+    ) -> list[Block]:
+        """The message list of `history`, an assistant message sent as `blocks(message)`."""
+        route_history(
+            history,
+            user=self.user,
+            tool_result=self.tool_result,
+            assistant=lambda message: self.assistant(blocks(message)),
+        )
+        return self.finish()

@@ -33,7 +33,7 @@ from urllib.parse import quote
 from ...conversation import Message, ToolCall, ToolSpec
 from ...defaults import MAX_OUTPUT_TOKENS
 from ..base import CodecOptions
-from ..encoding import BlockMessages, replayed_blocks, route_history
+from ..encoding import BlockMessages, replayed_blocks
 from .decoder import BedrockDecoder
 from .framing import EventStreamFramer
 
@@ -153,11 +153,4 @@ class _Messages(BlockMessages):
 
 def encode_messages(history: Sequence[Message], producer: str = "") -> list[dict[str, Any]]:
     """Portable history as Converse `messages` (system messages go top level)."""
-    builder = _Messages()
-    route_history(
-        history,
-        user=builder.user,
-        tool_result=builder.tool_result,
-        assistant=lambda message: builder.assistant(_assistant_blocks(message, producer)),
-    )
-    return builder.finish()
+    return _Messages().build(history, lambda message: _assistant_blocks(message, producer))
