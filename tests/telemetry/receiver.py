@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -76,6 +76,35 @@ def attributes(item: Any) -> dict[str, object]:
 
 class _Receiver:
     received: Received
+    protocol: str  # OTEL_EXPORTER_OTLP_PROTOCOL
+
+    @property
+    def endpoint(self) -> str:
+        raise NotImplementedError
+
+    def environ(self) -> dict[str, str]:
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": self.protocol,
+        }
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
 
     def spans(self) -> list[Span]:
         return [
@@ -139,6 +168,8 @@ class _Handler(BaseHTTPRequestHandler):
 class HttpReceiver(_Receiver):
     """OTLP/HTTP (protobuf) on 127.0.0.1, an ephemeral port."""
 
+    protocol = "http/protobuf"
+
     def __init__(self) -> None:
         self.received = Received()
         handler = type("Handler", (_Handler,), {"received": self.received})
@@ -152,22 +183,10 @@ class HttpReceiver(_Receiver):
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def environ(self) -> dict[str, str]:
-        return {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        }
-
-    def __enter__(self) -> HttpReceiver:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
@@ -175,6 +194,8 @@ class HttpReceiver(_Receiver):
 
 class GrpcReceiver(_Receiver):
     """OTLP/gRPC (insecure) on 127.0.0.1, an ephemeral port."""
+
+    protocol = "grpc"
 
     def __init__(self) -> None:
         grpc: Any = importlib.import_module("grpc")
@@ -205,20 +226,8 @@ class GrpcReceiver(_Receiver):
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def environ(self) -> dict[str, str]:
-        return {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-        }
-
-    def __enter__(self) -> GrpcReceiver:
+    def start(self) -> None:
         self._server.start()
-        return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def stop(self) -> None:
         self._server.stop(None)

@@ -9,7 +9,7 @@ bodies, rate-limit headers, the non-streaming answer, where a tool result goes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Literal, NoReturn, Protocol, runtime_checkable
 
 from .reply import (
@@ -114,6 +114,32 @@ class FramedRenderer(Protocol):
 
     @property
     def media_type(self) -> str: ...
+
+
+def leading_results(
+    request: Mapping[str, Any],
+    has_call: Callable[[Mapping[str, Any]], bool],
+    is_result: Callable[[Any], bool],
+) -> list[Any]:
+    """Where a content-block protocol (Anthropic, Bedrock) keeps a call's result: the
+    result blocks that open the user message right after the first assistant message with
+    the call (`has_call`). None there (no such messages, or a result after other content in
+    that user message): an empty list."""
+    messages = list(request.get("messages", []))
+    for index, message in enumerate(messages):
+        if message.get("role") != "assistant" or not has_call(message):
+            continue
+        following = messages[index + 1] if index + 1 < len(messages) else {}
+        content = following.get("content")
+        if following.get("role") != "user" or not isinstance(content, list):
+            return []
+        leading = 0
+        while leading < len(content) and is_result(content[leading]):
+            leading += 1
+        if any(is_result(block) for block in content[leading:]):
+            return []  # a result after other content
+        return content[:leading]
+    return []
 
 
 def media_type(renderer: Renderer) -> str:

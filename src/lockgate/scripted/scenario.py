@@ -152,6 +152,17 @@ def waited(expected: float, tolerance: float = 0.0) -> Check:
     return check
 
 
+def stopped_with(word: str) -> Check:
+    """The stop names `word` (a provider's finish reason or failure kind)."""
+
+    def check(observation: Observation) -> list[str]:
+        if word not in observation.stopped:
+            return [f"the stop does not name {word}: {observation.stopped!r}"]
+        return []
+
+    return check
+
+
 def result_of(observation: Observation, request: int, call_id: str) -> str:
     """The result request number `request` sends back for `call_id`, placed where the
     protocol wants it (empty if absent or misplaced)."""

@@ -291,18 +291,7 @@ class OtelTracing:
             span.set_status(Status(StatusCode.ERROR))
         span.update_name(name)
         span.set_attributes(attributes)
-        if self.settings.experimental:
-            span.add_event(
-                GUARDRAIL_EVENT,
-                _guardrail(summary.released_calls, summary.withheld_calls, summary.error_type),
-                timestamp=self.clock.ns(summary.ended),
-            )
-        span.end(end_time=self.clock.ns(summary.ended))
-
-        metric: Attributes = dict(common)
-        if summary.error_type is not None:
-            metric["error.type"] = summary.error_type
-        self.server_duration.record(max(0.0, summary.ended - summary.started), metric)
+        metric = self._close(span, summary, self.server_duration, common)
         if summary.first_token_at is not None and summary.error_type is None:
             self.server_first_token.record(
                 max(0.0, summary.first_token_at - summary.started), metric
@@ -337,6 +326,20 @@ class OtelTracing:
         )
         if summary.error_type is not None:
             span.set_status(Status(StatusCode.ERROR))
+        metric = self._close(span, summary, self.client_duration, common)
+        self._tokens(summary.usage, metric)
+
+    # --- both -------------------------------------------------------------------------
+
+    def _close(
+        self,
+        span: Span,
+        summary: RequestSummary | TurnSummary,
+        duration: Histogram,
+        common: Attributes,
+    ) -> Attributes:
+        """End the span of a request or a turn (the guardrail event first, under the
+        experimental conventions), record its duration, and return its metric attributes."""
         if self.settings.experimental:
             span.add_event(
                 GUARDRAIL_EVENT,
@@ -347,10 +350,8 @@ class OtelTracing:
         metric: Attributes = dict(common)
         if summary.error_type is not None:
             metric["error.type"] = summary.error_type
-        self.client_duration.record(max(0.0, summary.ended - summary.started), metric)
-        self._tokens(summary.usage, metric)
-
-    # --- both -------------------------------------------------------------------------
+        duration.record(max(0.0, summary.ended - summary.started), metric)
+        return metric
 
     def _tokens(self, usage: TokenUsage | None, metric: Attributes) -> None:
         if usage is None:

@@ -41,9 +41,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
+from ...conversation import Message, ToolCall, ToolSpec
 from ...defaults import MAX_OUTPUT_TOKENS
 from ..base import CodecOptions
+from ..encoding import BlockMessages, replayed_blocks
 from .decoder import AnthropicDecoder
 from .options import MIN_THINKING_BUDGET, AnthropicOptions
 
@@ -54,7 +55,6 @@ __all__ = [
 ]
 
 PROVIDER = "anthropic"
-ERROR_PREFIX = "error:"
 
 
 class AnthropicCodec:
@@ -136,101 +136,33 @@ def _tool_use(call: ToolCall) -> dict[str, Any]:
 
 
 def _assistant_blocks(message: Message, producer: str) -> list[dict[str, Any]]:
-    """Its original content for the same producer, else the portable text and calls."""
-    original = message.native_for(producer)
-    if not original:
-        text = message.content or message.refusal
-        blocks = [_text(text)] if text else []
-        blocks.extend(_tool_use(call) for call in message.tool_calls)
-        return blocks
-    calls = {call.id: call for call in message.tool_calls}
-    replayed: list[dict[str, Any]] = []
-    for part in original:
-        if isinstance(part, NativeItem):
-            replayed.append(dict(part.item))
-        elif isinstance(part, CallPart):
-            call = calls.get(part.call_id)
-            if call is None:
-                raise ValueError(
-                    f"assistant output names call {part.call_id!r}, not among its calls"
-                )
-            replayed.append(_tool_use(call))
-        elif isinstance(part, TextPart | RefusalPart) and part.text:
-            replayed.append(_text(part.text))
-    return replayed
+    return replayed_blocks(message, producer, text=_text, call=_tool_use)
 
 
-class _Messages:
-    """Builds the alternating message list."""
+class _Messages(BlockMessages):
+    call_name = "tool_use"
+    result_name = "tool_result"
 
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.open_calls: list[str] = []  # tool_use ids of the last assistant, unanswered
+    def text_block(self, text: str) -> dict[str, Any]:
+        return _text(text)
 
-    def _last(self, role: str) -> list[dict[str, Any]]:
-        """The content of the last message if it has `role`, else of a new one."""
-        if not self.messages or self.messages[-1]["role"] != role:
-            self.messages.append({"role": role, "content": []})
-        content: list[dict[str, Any]] = self.messages[-1]["content"]
-        return content
+    def call_ids(self, blocks: list[dict[str, Any]]) -> list[str]:
+        return [block["id"] for block in blocks if block.get("type") == "tool_use"]
 
-    def _check_answered(self) -> None:
-        if self.open_calls:
-            missing = ", ".join(self.open_calls)
-            raise ValueError(f"tool_use {missing} has no tool_result")
-
-    def assistant(self, blocks: list[dict[str, Any]]) -> None:
-        if not blocks:
-            return
-        if self.messages and self.messages[-1]["role"] == "user":
-            self._check_answered()
-        self._last("assistant").extend(blocks)
-        ids = [block["id"] for block in blocks if block.get("type") == "tool_use"]
-        self.open_calls.extend(ids)
-
-    def user(self, text: str) -> None:
-        if not text:
-            return
-        self._check_answered()
-        self._last("user").append(_text(text))
-
-    def tool_result(self, message: Message) -> None:
-        call_id = message.tool_call_id or ""
-        if call_id not in self.open_calls:
-            raise ValueError(
-                f"tool result {call_id!r} does not answer a tool_use of the assistant message "
-                "before it"
-            )
-        self.open_calls.remove(call_id)
+    def result_block(self, call_id: str, observation: str, error: bool) -> dict[str, Any]:
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": call_id,
-            "content": message.content,
+            "content": observation,
         }
-        if message.content.startswith(ERROR_PREFIX):
+        if error:
             block["is_error"] = True
-        content = self._last("user")
-        # Results come first: after any results already there, before anything else.
-        position = 0
-        while position < len(content) and content[position].get("type") == "tool_result":
-            position += 1
-        content.insert(position, block)
+        return block
 
-    def finish(self) -> list[dict[str, Any]]:
-        self._check_answered()
-        return self.messages
+    def is_result(self, block: dict[str, Any]) -> bool:
+        return bool(block.get("type") == "tool_result")
 
 
 def encode_messages(history: Sequence[Message], producer: str = "") -> list[dict[str, Any]]:
     """Portable history as Anthropic `messages` (system messages go top level)."""
-    builder = _Messages()
-    for message in history:
-        if message.role == "system":
-            continue
-        if message.role == "user":
-            builder.user(message.content)
-        elif message.role == "tool":
-            builder.tool_result(message)
-        else:
-            builder.assistant(_assistant_blocks(message, producer))
-    return builder.finish()
+    return _Messages().build(history, lambda message: _assistant_blocks(message, producer))

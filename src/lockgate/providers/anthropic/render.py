@@ -22,6 +22,7 @@ from ...scripted.renderer import (
     Frame,
     FunctionCallsOnly,
     StreamFlagRenderer,
+    leading_results,
     typed_sse_frame,
     walk,
 )
@@ -430,23 +431,14 @@ class AnthropicRenderer(StreamFlagRenderer):
         """The result for `call_id`, only if it is in the user message right after the
         assistant message with that tool_use, and that message's tool_result blocks all
         come first."""
-        messages = list(request.get("messages", []))
-        for index, message in enumerate(messages):
-            if message.get("role") != "assistant" or not _has_tool_use(message, call_id):
-                continue
-            following = messages[index + 1] if index + 1 < len(messages) else {}
-            content = following.get("content")
-            if following.get("role") != "user" or not isinstance(content, list):
-                return None
-            leading = 0
-            while leading < len(content) and content[leading].get("type") == "tool_result":
-                leading += 1
-            if any(block.get("type") == "tool_result" for block in content[leading:]):
-                return None  # a result after other content
-            for block in content[:leading]:
-                if block.get("tool_use_id") == call_id:
-                    return _result_text(block.get("content"))
-            return None
+        results = leading_results(
+            request,
+            lambda message: _has_tool_use(message, call_id),
+            lambda block: block.get("type") == "tool_result",
+        )
+        for block in results:
+            if block.get("tool_use_id") == call_id:
+                return _result_text(block.get("content"))
         return None
 
 

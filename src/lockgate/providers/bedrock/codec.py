@@ -30,9 +30,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart, ToolCall, ToolSpec
+from ...conversation import Message, ToolCall, ToolSpec
 from ...defaults import MAX_OUTPUT_TOKENS
 from ..base import CodecOptions
+from ..encoding import BlockMessages, replayed_blocks
 from .decoder import BedrockDecoder
 from .framing import EventStreamFramer
 
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 PROVIDER = "bedrock"
-ERROR_PREFIX = "error:"
 
 
 def _model_segment(model: str) -> str:
@@ -115,102 +115,42 @@ def encode_tool(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
+def _text(text: str) -> dict[str, Any]:
+    return {"text": text}
+
+
 def _tool_use(call: ToolCall) -> dict[str, Any]:
     return {"toolUse": {"toolUseId": call.id, "name": call.name, "input": dict(call.arguments)}}
 
 
 def _assistant_blocks(message: Message, producer: str) -> list[dict[str, Any]]:
-    """Its original content for the same producer, else the portable text and calls."""
-    original = message.native_for(producer)
-    if not original:
-        text = message.content or message.refusal
-        blocks: list[dict[str, Any]] = [{"text": text}] if text else []
-        blocks.extend(_tool_use(call) for call in message.tool_calls)
-        return blocks
-    calls = {call.id: call for call in message.tool_calls}
-    replayed: list[dict[str, Any]] = []
-    for part in original:
-        if isinstance(part, NativeItem):
-            replayed.append(dict(part.item))
-        elif isinstance(part, CallPart):
-            call = calls.get(part.call_id)
-            if call is None:
-                raise ValueError(
-                    f"assistant output names call {part.call_id!r}, not among its calls"
-                )
-            replayed.append(_tool_use(call))
-        elif isinstance(part, TextPart | RefusalPart) and part.text:
-            replayed.append({"text": part.text})
-    return replayed
+    return replayed_blocks(message, producer, text=_text, call=_tool_use)
 
 
-class _Messages:
-    """Builds the alternating message list."""
+class _Messages(BlockMessages):
+    call_name = "toolUse"
+    result_name = "toolResult"
 
-    def __init__(self) -> None:
-        self.messages: list[dict[str, Any]] = []
-        self.open_calls: list[str] = []  # toolUse ids of the last assistant, unanswered
+    def text_block(self, text: str) -> dict[str, Any]:
+        return _text(text)
 
-    def _last(self, role: str) -> list[dict[str, Any]]:
-        if not self.messages or self.messages[-1]["role"] != role:
-            self.messages.append({"role": role, "content": []})
-        content: list[dict[str, Any]] = self.messages[-1]["content"]
-        return content
-
-    def _check_answered(self) -> None:
-        if self.open_calls:
-            raise ValueError(f"toolUse {', '.join(self.open_calls)} has no toolResult")
-
-    def assistant(self, blocks: list[dict[str, Any]]) -> None:
-        if not blocks:
-            return
-        if self.messages and self.messages[-1]["role"] == "user":
-            self._check_answered()
-        self._last("assistant").extend(blocks)
-        self.open_calls.extend(
+    def call_ids(self, blocks: list[dict[str, Any]]) -> list[str]:
+        return [
             block["toolUse"]["toolUseId"]
             for block in blocks
             if "toolUse" in block and block["toolUse"].get("type") != "server_tool_use"
-        )
+        ]
 
-    def user(self, text: str) -> None:
-        if not text:
-            return
-        self._check_answered()
-        self._last("user").append({"text": text})
-
-    def tool_result(self, message: Message) -> None:
-        call_id = message.tool_call_id or ""
-        if call_id not in self.open_calls:
-            raise ValueError(
-                f"tool result {call_id!r} does not answer a toolUse of the assistant message "
-                "before it"
-            )
-        self.open_calls.remove(call_id)
-        result: dict[str, Any] = {"toolUseId": call_id, "content": [{"text": message.content}]}
-        if message.content.startswith(ERROR_PREFIX):
+    def result_block(self, call_id: str, observation: str, error: bool) -> dict[str, Any]:
+        result: dict[str, Any] = {"toolUseId": call_id, "content": [{"text": observation}]}
+        if error:
             result["status"] = "error"
-        content = self._last("user")
-        position = 0
-        while position < len(content) and "toolResult" in content[position]:
-            position += 1
-        content.insert(position, {"toolResult": result})
+        return {"toolResult": result}
 
-    def finish(self) -> list[dict[str, Any]]:
-        self._check_answered()
-        return self.messages
+    def is_result(self, block: dict[str, Any]) -> bool:
+        return "toolResult" in block
 
 
 def encode_messages(history: Sequence[Message], producer: str = "") -> list[dict[str, Any]]:
     """Portable history as Converse `messages` (system messages go top level)."""
-    builder = _Messages()
-    for message in history:
-        if message.role == "system":
-            continue
-        if message.role == "user":
-            builder.user(message.content)
-        elif message.role == "tool":
-            builder.tool_result(message)
-        else:
-            builder.assistant(_assistant_blocks(message, producer))
-    return builder.finish()
+    return _Messages().build(history, lambda message: _assistant_blocks(message, producer))

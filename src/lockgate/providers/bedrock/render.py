@@ -33,7 +33,7 @@ from typing import Any, Literal
 from urllib.parse import unquote
 
 from ...eventstream import MEDIA_TYPE, encode_message
-from ...scripted.renderer import Frame, FunctionCallsOnly, walk
+from ...scripted.renderer import Frame, FunctionCallsOnly, leading_results, walk
 from ...scripted.reply import (
     LAB_MODEL,
     Call,
@@ -342,28 +342,19 @@ class BedrockRenderer:
     def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
         """The result for `call_id`, only if it is in the user message right after the
         assistant message with that toolUse, among the toolResult blocks that come first."""
-        messages = list(request.get("messages", []))
-        for index, message in enumerate(messages):
-            if message.get("role") != "assistant" or not _has_tool_use(message, call_id):
-                continue
-            following = messages[index + 1] if index + 1 < len(messages) else {}
-            content = following.get("content")
-            if following.get("role") != "user" or not isinstance(content, list):
-                return None
-            leading = 0
-            while leading < len(content) and "toolResult" in content[leading]:
-                leading += 1
-            if any("toolResult" in block for block in content[leading:]):
-                return None
-            for block in content[:leading]:
-                result = block["toolResult"]
-                if result.get("toolUseId") == call_id:
-                    return "".join(
-                        str(item.get("text", ""))
-                        for item in result.get("content") or []
-                        if isinstance(item, dict)
-                    )
-            return None
+        results = leading_results(
+            request,
+            lambda message: _has_tool_use(message, call_id),
+            lambda block: "toolResult" in block,
+        )
+        for block in results:
+            result = block["toolResult"]
+            if result.get("toolUseId") == call_id:
+                return "".join(
+                    str(item.get("text", ""))
+                    for item in result.get("content") or []
+                    if isinstance(item, dict)
+                )
         return None
 
 

@@ -19,7 +19,6 @@ from ...errors import FailureKind
 from ...eventstream import MAX_MESSAGE_BYTES
 from ...scripted.scenario import (
     EDIT_FIX,
-    Check,
     Expectation,
     LabOptions,
     Observation,
@@ -28,6 +27,7 @@ from ...scripted.scenario import (
     failure,
     finished,
     own,
+    stopped_with,
     text_turn,
 )
 from ...scripted.script import Faults, Turn
@@ -199,15 +199,6 @@ def check_usage(observation: Observation) -> list[str]:
     return []
 
 
-def _stopped_with(word: str) -> Check:
-    def check(observation: Observation) -> list[str]:
-        if word not in observation.stopped:
-            return [f"the stop does not name {word}: {observation.stopped!r}"]
-        return []
-
-    return check
-
-
 def _s(name: str, summary: str, expect: Expectation, turns: Any, **kw: Any) -> Scenario:
     return Scenario(f"bedrock-{name}", summary, expect, turns, **kw)
 
@@ -265,7 +256,7 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "a throttlingException message mid-arguments: a provider error, nothing runs",
         _PROVIDER_ERROR,
         _throttled_mid_stream_turns,
-        check=_stopped_with("rate limited"),
+        check=stopped_with("rate limited"),
     ),
     _s(
         "throttled-first",
@@ -280,7 +271,7 @@ SCENARIOS: tuple[Scenario, ...] = own(
             f"a {kind} message after a complete call, before messageStop",
             _PROVIDER_ERROR,
             lambda kind=kind: _exception_turns(kind),
-            check=_stopped_with(kind),
+            check=stopped_with(kind),
         )
         for kind in (
             "serviceUnavailableException",
@@ -307,7 +298,7 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "a complete call under stopReason malformed_tool_use (Bedrock's own verdict)",
         failure(FailureKind.INVALID_BATCH),
         lambda: _stop_turns("malformed_tool_use"),
-        check=_stopped_with("malformed"),
+        check=stopped_with("malformed"),
     ),
     _s(
         "malformed-model-output",

@@ -51,6 +51,7 @@ from ...conversation import CallPart, Message, NativeItem, RefusalPart, TextPart
 from ...defaults import MAX_OUTPUT_TOKENS
 from ..base import CodecOptions
 from ..decoding import synthesized_call_id
+from ..encoding import ERROR_PREFIX, route_history
 from .decoder import SIGNATURE, GeminiDecoder
 from .options import GeminiOptions
 
@@ -63,7 +64,6 @@ __all__ = [
 ]
 
 PROVIDER = "gemini"
-ERROR_PREFIX = "error:"
 API_VERSION = "v1beta"  # the documented REST surface, where every field sent here lives
 _MODEL_PREFIX = "models/"
 
@@ -280,13 +280,10 @@ class _Contents:
 def encode_contents(history: Sequence[Message], producer: str = "") -> list[dict[str, Any]]:
     """Portable history as Gemini `contents` (system messages go to `systemInstruction`)."""
     builder = _Contents()
-    for message in history:
-        if message.role == "system":
-            continue
-        if message.role == "user":
-            builder.user(message.content)
-        elif message.role == "tool":
-            builder.tool_result(message)
-        else:
-            builder.model(*_model_turn(message, producer))
+    route_history(
+        history,
+        user=builder.user,
+        tool_result=builder.tool_result,
+        assistant=lambda message: builder.model(*_model_turn(message, producer)),
+    )
     return builder.finish()

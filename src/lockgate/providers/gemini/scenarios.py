@@ -15,7 +15,6 @@ from ...errors import FailureKind
 from ...scripted.reply import ReplyUsage
 from ...scripted.scenario import (
     EDIT_FIX,
-    Check,
     Expectation,
     LabOptions,
     Observation,
@@ -24,6 +23,7 @@ from ...scripted.scenario import (
     failure,
     finished,
     own,
+    stopped_with,
     text_turn,
     waited,
 )
@@ -193,15 +193,6 @@ def _malformed_after_call_turns() -> list[Turn]:
 
 def _max_tokens_turns() -> list[Turn]:
     return _finish_with_call("MAX_TOKENS")
-
-
-def _stopped_with(word: str) -> Check:
-    def check(observation: Observation) -> list[str]:
-        if word not in observation.stopped:
-            return [f"the stop does not name {word}: {observation.stopped!r}"]
-        return []
-
-    return check
 
 
 def _max_tokens_recover_turns() -> list[Turn]:
@@ -409,21 +400,21 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "a complete call, then finishReason SAFETY: nothing runs",
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         _safety_turns,
-        check=_stopped_with("SAFETY"),
+        check=stopped_with("SAFETY"),
     ),
     _s(
         "recitation",
         "text and a call, then a content-free chunk with finishReason RECITATION",
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         _recitation_turns,
-        check=_stopped_with("RECITATION"),
+        check=stopped_with("RECITATION"),
     ),
     _s(
         "malformed-function-call",
         "finishReason MALFORMED_FUNCTION_CALL with its finishMessage, no call part",
         failure(FailureKind.INVALID_BATCH, closed_early=0),
         _malformed_call_turns,
-        check=_stopped_with("MALFORMED_FUNCTION_CALL"),
+        check=stopped_with("MALFORMED_FUNCTION_CALL"),
     ),
     _s(
         "malformed-after-parsed-call",
@@ -436,7 +427,7 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "a whole call in the chunk that says MAX_TOKENS: nothing runs",
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         _max_tokens_turns,
-        check=_stopped_with("MAX_TOKENS"),
+        check=stopped_with("MAX_TOKENS"),
     ),
     _s(
         "max-tokens-recover",
@@ -470,7 +461,7 @@ SCENARIOS: tuple[Scenario, ...] = own(
         "promptFeedback.blockReason PROHIBITED_CONTENT, no candidates",
         failure(FailureKind.RESPONSE_INCOMPLETE, closed_early=0),
         _blocked_prompt_turns,
-        check=_stopped_with("PROHIBITED_CONTENT"),
+        check=stopped_with("PROHIBITED_CONTENT"),
     ),
     _s(
         "calls-without-ids",

@@ -35,23 +35,10 @@ to the SSE decoder as a `RawStream`. An `error` chunk inside a 200 stream is the
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Mapping
-from typing import Any
 
-import httpx2
-
-from ...credentials import Redactor
-from ...errors import OpenFailure
-from ...http import (
-    ERROR_BODY_CAP_BYTES,
-    STREAM_HEADERS,
-    RawStream,
-    bounded_client,
-    describe,
-)
-from ...http import encode_body as _encode_body
-from ...transport import TransportOptions, base_url_problem
+from ...http import STREAM_HEADERS
+from ...transport import TransportOptions
+from ..direct import DirectTransport, configured_base_url
 from .codec import stream_path
 from .errors import classify_gemini_failure
 
@@ -67,18 +54,6 @@ BASE_URL_VARIABLE = "GOOGLE_GEMINI_BASE_URL"  # google-genai's `_base_url.py` re
 KEY_HEADER = "x-goog-api-key"
 
 
-def _base_url(options: TransportOptions) -> str:
-    if options.base_url is not None:
-        return options.base_url.rstrip("/")
-    value = os.environ.get(BASE_URL_VARIABLE)
-    if value is None:
-        return DEFAULT_BASE_URL
-    problem = base_url_problem(value)
-    if problem is not None:
-        raise ValueError(f"{BASE_URL_VARIABLE}: {problem}")
-    return value.rstrip("/")
-
-
 def _error_document(content: bytes) -> object:
     """The JSON error document of a failed opening (at most the capped bytes): parsed, or
     the text of an SSE-framed one (`data: {...}`), or None."""
@@ -92,65 +67,26 @@ def _error_document(content: bytes) -> object:
     return document
 
 
-class GeminiTransport:
-    """Opens Gemini `streamGenerateContent` SSE streams."""
+class GeminiTransport(DirectTransport):
+    """Opens Gemini `streamGenerateContent` SSE streams. The `attempt` of an opening (the
+    retries before it) is not sent: Google's API has no retry-count header, and the SDK
+    sends none."""
 
     def __init__(self, options: TransportOptions) -> None:
-        self.redactor = Redactor([options.api_key])
-        self._base_url = _base_url(options)
-        self._headers = {
-            KEY_HEADER: options.api_key,
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream",
-            **STREAM_HEADERS,  # uncompressed, so that no server can inflate an event flood
-        }
-        self._client = bounded_client(
-            httpx2.AsyncClient,
-            timeout=options.timeout,
-            read_timeout=options.read_timeout,
-            trust_env=options.trust_env,
-            transport=options.http_transport,
+        super().__init__(
+            options,
+            configured_base_url(options, BASE_URL_VARIABLE, lambda: DEFAULT_BASE_URL),
+            {
+                KEY_HEADER: options.api_key,
+                "Content-Type": "application/json",
+                "Accept": "text/event-stream",
+                **STREAM_HEADERS,  # uncompressed, so that no server can inflate an event flood
+            },
+            classify_gemini_failure,
         )
-        self._closed = False
 
     def url(self, model: str) -> str:
         return f"{self._base_url}{stream_path(model)}?alt=sse"
 
-    async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> RawStream:
-        """`attempt` (the retries before this opening) is not sent: Google's API has no
-        retry-count header, and the SDK sends none."""
-        if self._closed:
-            raise OpenFailure("the transport is closed; no request made", retryable=False)
-        body = dict(request)
-        model = body.pop("model", None)
-        if type(model) is not str or not model:
-            raise OpenFailure("the request names no model; no request made", retryable=False)
-        http_request = self._client.build_request(
-            "POST", self.url(model), content=_encode_body(body), headers=self._headers
-        )
-        try:
-            response = await self._client.send(http_request, stream=True)
-        except (httpx2.HTTPError, OSError) as exc:
-            message = self.redactor(f"connection failed: {describe(exc)}")
-            raise OpenFailure(message, retryable=True) from None
-        if response.is_success:
-            return RawStream(response)
-        # Not 2xx: the body was already read under the cap and the connection closed.
-        status = response.status_code
-        if 300 <= status < 400:
-            raise OpenFailure(
-                f"HTTP {status}: redirects are not followed (a request is never re-sent to "
-                "another origin)",
-                retryable=False,
-                status=status,
-            )
-        document = _error_document(response.content[:ERROR_BODY_CAP_BYTES])
-        try:
-            failure = classify_gemini_failure(status, document, dict(response.headers))
-        except Exception:  # a classifier must never let server bytes crash the client
-            failure = OpenFailure(f"HTTP {status}", retryable=False, status=status)
-        raise failure
-
-    async def aclose(self) -> None:
-        self._closed = True
-        await self._client.aclose()
+    def error_document(self, content: bytes) -> object:
+        return _error_document(content)
