@@ -1,0 +1,88 @@
+"""Signing upstream requests with AWS SigV4 (a route's `aws: {region, profile}`): botocore's
+`SigV4Auth` for service `bedrock`, credentials from botocore's standard chain (environment,
+a profile of the shared files, SSO, container or instance roles), a session token included.
+botocore is optional (`pip install 'lockgate[aws]'`): `aws_problem` says so when missing.
+
+- **What is signed** is exactly what is sent: the method, the path as sent (each segment
+  percent-encoded once as AWS SDKs send it, `aws_path`: a model id's `:` as `%3A`, an
+  inference-profile ARN's `/` as `%2F`; SigV4's canonical URI encodes it again, `%253A`,
+  as AWS computes it), the host, every header the proxy sends, and the body.
+- **Credentials** are read per request (`get_frozen_credentials`): botocore refreshes
+  refreshable ones before they expire (which may block on I/O), so signing runs off the
+  event loop (`sign` is called in a thread).
+- **The client's own AWS headers** (`AWS_CLIENT_HEADERS`) never go upstream.
+- Never logged: no secret key or session token is in any repr or message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+__all__ = ["AWS_CLIENT_HEADERS", "AWS_EXTRA", "AwsSigner", "aws_path", "aws_problem"]
+
+SERVICE = "bedrock"
+AWS_EXTRA = "pip install 'lockgate[aws]'"
+# The client's own signature and its parts: replaced by the proxy's.
+AWS_CLIENT_HEADERS = frozenset(
+    {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+)
+
+
+def aws_problem() -> str | None:
+    """Why SigV4 signing cannot be used here (botocore missing), or None."""
+    try:
+        import botocore.auth  # type: ignore[import-untyped]
+        import botocore.session  # type: ignore[import-untyped]  # noqa: F401
+    except ImportError:
+        return f"SigV4 signing needs botocore: {AWS_EXTRA}"
+    return None
+
+
+def aws_path(path: str) -> str:
+    """`path` as AWS SDKs send it: each segment's characters other than unreserved ones
+    percent-encoded once (an escape already there, `%2F`, kept as it is)."""
+    return "/".join(quote(segment, safe="%") for segment in path.split("/"))
+
+
+@dataclass(frozen=True, slots=True)
+class AwsSigner:
+    """SigV4 for one upstream: its region, and botocore's credentials (refreshed by
+    botocore; never shown)."""
+
+    region: str
+    profile: str | None = None
+    credentials: Any = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_chain(cls, region: str, profile: str | None) -> AwsSigner:
+        """The signer with credentials from botocore's standard chain (`profile`: that
+        profile of the shared files). ValueError (no secret in it) when none is found."""
+        import botocore.session
+
+        session = botocore.session.Session(profile=profile)
+        credentials = session.get_credentials()
+        if credentials is None:
+            where = f"profile {profile}" if profile else "the standard chain"
+            raise ValueError(f"no AWS credentials found ({where})")
+        return cls(region, profile, credentials)
+
+    def sign(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes
+    ) -> dict[str, str]:
+        """The headers to add to a request sent as given (`url` with its path as sent):
+        `Authorization`, `X-Amz-Date`, and `X-Amz-Security-Token` with a session token.
+        Blocking (a refresh may fetch credentials): call it off the event loop."""
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+
+        request = AWSRequest(method=method, url=url, headers=dict(headers), data=body)
+        SigV4Auth(self.credentials.get_frozen_credentials(), SERVICE, self.region).add_auth(request)
+        added = {}
+        for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
+            value = request.headers.get(name)
+            if value is not None:
+                added[name] = str(value)
+        return added
