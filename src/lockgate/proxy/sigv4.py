@@ -10,14 +10,18 @@ botocore is optional (`pip install 'lockgate[aws]'`): `aws_problem` says so when
 - **Credentials** are read per request (`get_frozen_credentials`): botocore refreshes
   refreshable ones before they expire (which may block on I/O), so signing runs off the
   event loop (`sign` is called in a thread).
-- **The client's own AWS headers** (`AWS_CLIENT_HEADERS`) never go upstream.
-- Never logged: no secret key or session token is in any repr or message.
+- **The client's own AWS headers** (`AWS_CLIENT_HEADERS`: its signature, its dates, its
+  session token) never go upstream.
+- Never logged: no secret key or session token is in any repr or message (botocore's
+  `add_auth` logs the canonical request, the session token in it, at debug: its steps are
+  taken here without it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -27,7 +31,7 @@ SERVICE = "bedrock"
 AWS_EXTRA = "pip install 'lockgate[aws]'"
 # The client's own signature and its parts: replaced by the proxy's.
 AWS_CLIENT_HEADERS = frozenset(
-    {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+    {"authorization", "date", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
 )
 
 
@@ -75,14 +79,26 @@ class AwsSigner:
         """The headers to add to a request sent as given (`url` with its path as sent):
         `Authorization`, `X-Amz-Date`, and `X-Amz-Security-Token` with a session token.
         Blocking (a refresh may fetch credentials): call it off the event loop."""
-        from botocore.auth import SigV4Auth
+        from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
         from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
 
+        credentials = self.credentials.get_frozen_credentials()
+        auth = SigV4Auth(credentials, SERVICE, self.region)
         request = AWSRequest(method=method, url=url, headers=dict(headers), data=body)
-        SigV4Auth(self.credentials.get_frozen_credentials(), SERVICE, self.region).add_auth(request)
-        added = {}
-        for name in ("Authorization", "X-Amz-Date", "X-Amz-Security-Token"):
-            value = request.headers.get(name)
-            if value is not None:
-                added[name] = str(value)
+        # `SigV4Auth.add_auth`'s steps without its debug log, which writes the canonical
+        # request and with it the session token.
+        timestamp = datetime.now(UTC).strftime(SIGV4_TIMESTAMP)
+        request.context["timestamp"] = timestamp
+        added = {"X-Amz-Date": timestamp}
+        if credentials.token:
+            added["X-Amz-Security-Token"] = credentials.token
+        for name, value in added.items():
+            request.headers[name] = value
+        canonical = auth.canonical_request(request)
+        signature = auth.signature(auth.string_to_sign(request, canonical), request)
+        signed = auth.signed_headers(auth.headers_to_sign(request))
+        added["Authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={auth.scope(request)}, "
+            f"SignedHeaders={signed}, Signature={signature}"
+        )
         return added
