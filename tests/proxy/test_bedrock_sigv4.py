@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 from lockgate.eventstream import MEDIA_TYPE
 from lockgate.providers.bedrock.render import RENDERER
 from lockgate.proxy.config_file import settings_from_text
+from lockgate.proxy.routes import PathProblem, plain_path
 from lockgate.proxy.server import ProxyRecord, serving
 from lockgate.proxy.settings import (
     AwsSigning,
@@ -156,7 +157,7 @@ def assert_no_secret(records: list[ProxyRecord], caplog: pytest.LogCaptureFixtur
 
 
 @pytest.mark.usefixtures("aws_env")
-@pytest.mark.parametrize("model", [PLAIN], ids=["model-id"])
+@pytest.mark.parametrize("model", [PLAIN, PROFILE_ARN], ids=["model-id", "profile-arn"])
 async def test_boto3_reads_through_a_proxy_that_signs_with_sigv4(
     model: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -170,7 +171,7 @@ async def test_boto3_reads_through_a_proxy_that_signs_with_sigv4(
         await asyncio.to_thread(read_through, running.url, model, events)
     assert tool_uses(events) == ["read", "edit"]
     [request] = seen
-    assert request.raw_path == f"/model/{aws_path(model)}/converse-stream"
+    assert request.raw_path == f"/model/{quote(model, safe='')}/converse-stream"  # as boto3
     assert "%3A" in request.raw_path  # the `:` encoded once in the path, twice in the signature
     assert "x-lockgate-token" not in request.headers
     assert "Credential=x/" not in request.headers["authorization"]  # not boto3's own
@@ -257,3 +258,21 @@ def test_without_botocore_an_aws_route_fails_the_check_in_one_line(
     with pytest.raises(Exception, match=r"pip install 'lockgate\[aws\]'") as raised:
         settings_from_text(text, "lockgate.yaml")
     assert "\n" not in str(raised.value)
+
+
+def test_an_encoded_slash_passes_only_inside_a_bedrock_model_id() -> None:
+    arn = quote(PROFILE_ARN, safe="")
+    assert plain_path(f"/model/{arn}/converse-stream").endswith(
+        "profile%2Fus.anthropic.claude-x/converse-stream"
+    )
+    assert plain_path(f"/bedrock/model/{arn}/converse").startswith("/bedrock/model/arn:aws:")
+    for refused in (
+        f"/v1%2Fx/model/{arn}/converse-stream",  # outside the model id
+        "/model/a%2F..%2Fb/converse",  # a walkable id
+        "/model/%2Fa/converse-stream",  # an empty part
+        f"/model/{arn}/invoke",  # not a gated Converse path
+        "/v1/chat%2Fcompletions",
+        "/v1/files%2Fx",
+    ):
+        with pytest.raises(PathProblem, match="an encoded '/'"):
+            plain_path(refused)
