@@ -63,14 +63,19 @@ class AwsSigner:
     @classmethod
     def from_chain(cls, region: str, profile: str | None) -> AwsSigner:
         """The signer with credentials from botocore's standard chain (`profile`: that
-        profile of the shared files). ValueError (no secret in it) when none is found."""
+        profile of the shared files). ConfigError (no secret in it) when none is found."""
+        import botocore.exceptions  # type: ignore[import-untyped]
         import botocore.session
 
-        session = botocore.session.Session(profile=profile)
-        credentials = session.get_credentials()
+        from .settings import ConfigError
+
+        where = f"profile {profile}" if profile else "the standard chain"
+        try:
+            credentials = botocore.session.Session(profile=profile).get_credentials()
+        except botocore.exceptions.BotoCoreError as exc:  # a profile that is not there
+            raise ConfigError(f"AWS credentials ({where}): {type(exc).__name__}") from None
         if credentials is None:
-            where = f"profile {profile}" if profile else "the standard chain"
-            raise ValueError(f"no AWS credentials found ({where})")
+            raise ConfigError(f"no AWS credentials found ({where})")
         return cls(region, profile, credentials)
 
     def sign(
