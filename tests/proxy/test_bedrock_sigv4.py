@@ -276,3 +276,25 @@ def test_an_encoded_slash_passes_only_inside_a_bedrock_model_id() -> None:
     ):
         with pytest.raises(PathProblem, match="an encoded '/'"):
             plain_path(refused)
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_a_session_token_the_upstream_echoes_reaches_boto3_redacted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        token = request.headers.get("x-amz-security-token", "")
+        message = f"token {token} is expired"
+        return web.json_response(
+            {"message": message, "__type": "ExpiredTokenException"}, status=403
+        )
+
+    records: list[ProxyRecord] = []
+    async with serve_app(echo) as upstream, serving(settings(upstream), records.append) as running:
+        with pytest.raises(ClientError) as raised:
+            await asyncio.to_thread(read_through, running.url, PLAIN, [])
+    message = raised.value.response["Error"]["Message"]
+    assert message == "token [redacted] is expired"
+    assert_no_secret(records, caplog)

@@ -78,6 +78,12 @@ class AwsSigner:
             raise ConfigError(f"no AWS credentials found ({where})")
         return cls(region, profile, credentials)
 
+    def secrets(self) -> list[str]:
+        """The secret key and the session token botocore holds now (for redaction; a
+        refreshed token is not among them)."""
+        frozen = self.credentials.get_frozen_credentials()
+        return [str(value) for value in (frozen.secret_key, frozen.token) if value]
+
     def sign(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
     ) -> dict[str, str]:

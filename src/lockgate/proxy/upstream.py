@@ -322,15 +322,20 @@ def upstream_name(url: str) -> str:
 def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
     """A route with its keys read (each added to `secrets`)."""
     upstreams: list[UpstreamRuntime] = []
+    keys: list[str] = []  # every held secret of the route
     for index, upstream in enumerate((route.upstream, *route.fallbacks)):
         key = upstream.key.read() if upstream.key is not None else None
         if key is not None:
             secrets.append(key)
         header = None if upstream.key_header == "auto" else upstream.key_header
         signer = None
+        held = [key] if key is not None else []
         if upstream.aws is not None:
             signer = AwsSigner.from_chain(upstream.aws.region, upstream.aws.profile)
-        redactor = Redactor([key]) if key is not None else None
+            held = signer.secrets()  # redacted as a key is (those of the start)
+            secrets.extend(held)
+        keys.extend(held)
+        redactor = Redactor(held) if held else None
         upstreams.append(
             UpstreamRuntime(
                 upstream.url,
@@ -343,6 +348,5 @@ def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
                 signer,
             )
         )
-    keys = [item.key for item in upstreams if item.key is not None]
     timeout = upstream_timeout(route.gating.idle_timeout)
     return RouteRuntime(route, tuple(upstreams), timeout, Redactor(keys) if keys else None)
