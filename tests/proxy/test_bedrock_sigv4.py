@@ -27,6 +27,7 @@ from lockgate.proxy.routes import PathProblem, plain_path
 from lockgate.proxy.server import ProxyRecord, serving
 from lockgate.proxy.settings import (
     AwsSigning,
+    ConfigError,
     ProxySettings,
     RouteSettings,
     SecretSource,
@@ -298,3 +299,15 @@ async def test_a_session_token_the_upstream_echoes_reaches_boto3_redacted(
     message = raised.value.response["Error"]["Message"]
     assert message == "token [redacted] is expired"
     assert_no_secret(records, caplog)
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_no_credentials_in_the_chain_is_a_config_error_naming_no_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name)
+    with pytest.raises(ConfigError, match="no AWS credentials found"):
+        AwsSigner.from_chain(REGION, None)
+    with pytest.raises(ConfigError, match=r"profile nowhere.*ProfileNotFound"):
+        AwsSigner.from_chain(REGION, "nowhere")
