@@ -174,7 +174,7 @@ def refusal(
             f"the request path {quoted(raw_path)} could be routed differently upstream "
             f"({path_problem}); send its plain form"
         )
-    as_key = None if served is None else all(item.key for item in served[0].upstreams)
+    as_key = None if served is None else all(item.holds_credentials for item in served[0].upstreams)
     if not shared.access.authorized(request.headers, query, as_key=as_key):
         return 401, "the lockgate client token is missing or wrong"
     if served is None:
@@ -187,7 +187,7 @@ def refusal(
     if routed is not None and routed.target.problem is not None:
         return 400, routed.target.problem
     runtime = served[0]
-    if any(upstream.key for upstream in runtime.upstreams):
+    if any(upstream.holds_credentials for upstream in runtime.upstreams):
         problem = shared.access.held_key_problem(
             request.headers, request.headers.getall("host", []), request.method, forwarded
         )

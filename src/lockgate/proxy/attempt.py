@@ -66,6 +66,7 @@ from .respond import (
     unjudged,
     whole,
 )
+from .sigv4 import aws_path
 from .upstream import (
     ResumableUpstreamBody,
     UpstreamBody,
@@ -309,7 +310,10 @@ async def _open(
         body = json.dumps(rewritten).encode()
     # Per attempt: this upstream's held key replaces the client's credentials (a `key=`
     # in the query too); the client token never goes, whichever upstream this is.
-    query = shared.access.upstream_query(request.rel_url, held=upstream.key is not None)
+    signer = upstream.signer
+    if signer is not None:
+        path = aws_path(path)  # as AWS SDKs send it, and signed so
+    query = shared.access.upstream_query(request.rel_url, held=upstream.holds_credentials)
     url = upstream_url(upstream.url, path, None, query)
     headers = shared.access.without_token(
         upstream_headers(
@@ -317,12 +321,19 @@ async def _open(
             request.headers.getall("connection", []),
             key=upstream.key,
             key_header=upstream.key_header or x.speaker.key_header,
+            signed=signer is not None,
         )
     )
     for name, value in traced.items():
         headers[name] = value  # in place of any the client sent (every case of its name)
     assert shared.session is not None
     try:
+        if signer is not None:
+            # Off the event loop: botocore may refresh credentials (I/O) and hashes the body.
+            signature = await asyncio.to_thread(
+                signer.sign, request.method, str(url), headers, body
+            )
+            headers.update(signature)
         return await shared.session.request(
             request.method,
             url,

@@ -21,6 +21,10 @@ routes:
       - {upstream: https://backup.example, key: {env: BACKUP_KEY}, model: claude-x}
 ```
 
+A route's upstream (or a fall-back) may say `aws: {region: us-east-1, profile: NAME}`
+instead of a `key`: its requests are signed with AWS SigV4 (Bedrock; `proxy.sigv4`,
+botocore's credential chain, `pip install 'lockgate[aws]'`).
+
 Routes match by the longest prefix, on a segment boundary (`/anthropic` matches
 `/anthropic/v1/messages`, not `/anthropicx`); a request no route matches is answered 404.
 

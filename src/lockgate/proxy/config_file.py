@@ -19,6 +19,7 @@ from .access import host_name_problem
 from .engine import HOLDS, GatingOptions, Hold
 from .settings import (
     KEY_HEADERS,
+    AwsSigning,
     ConfigError,
     KeyHeader,
     ProxySettings,
@@ -38,6 +39,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 MAX_CONFIG_DEPTH = 32
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME_TEXT = re.compile(r"[A-Za-z0-9_.@+=,-]{1,128}")
 _PREFIX = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@-]+)+")
 
 
@@ -189,6 +191,7 @@ _ROUTE = (
     "prefix",
     "upstream",
     "key",
+    "aws",
     "model",
     "hold",
     "validate_schemas",
@@ -202,7 +205,9 @@ _ROUTE = (
 )
 _LIMITS = tuple(GateLimits.__dataclass_fields__)
 _KEY = ("env", "file", "header")
-_FALLBACK = ("upstream", "key", "model")
+_FALLBACK = ("upstream", "key", "aws", "model")
+_AWS = ("region", "profile")
+_REGION = re.compile(r"[a-z]{2}(?:-[a-z0-9]+)+-[0-9]+")
 
 
 def load_settings(path: Path) -> ProxySettings:
@@ -295,15 +300,39 @@ def _secret(reader: _Reader, node: _Node, *, with_header: bool) -> tuple[SecretS
 
 
 def _upstream(reader: _Reader, entries: Mapping[str, _Node]) -> UpstreamSettings:
-    """A route's upstream or one of its fall-backs: `upstream`, `key`, `model`."""
+    """A route's upstream or one of its fall-backs: `upstream`, `key` or `aws`, `model`."""
     key: SecretSource | None = None
     header: KeyHeader = "auto"
     if "key" in entries:
         key, header = _secret(reader, entries["key"], with_header=True)
+    aws: AwsSigning | None = None
+    if "aws" in entries:
+        if key is not None:
+            raise reader.error(entries["aws"], "give key or aws, not both")
+        aws = _aws(reader, entries["aws"])
     url = reader.string(entries["upstream"])
     reader.check(entries["upstream"], upstream_problem(url))
     model = reader.string(entries["model"]) if "model" in entries else None
-    return UpstreamSettings(url, key, header, model)
+    return UpstreamSettings(url, key, header, model, aws)
+
+
+def _aws(reader: _Reader, node: _Node) -> AwsSigning:
+    """`aws: {region, profile}`: SigV4 signing with botocore's credentials."""
+    from .sigv4 import aws_problem
+
+    entries = reader.mapping(node, _AWS)
+    if "region" not in entries:
+        raise reader.error(node, "region is required")
+    region = reader.string(entries["region"])
+    reader.check(entries["region"], None if _REGION.fullmatch(region) else "not an AWS region")
+    profile = None
+    if "profile" in entries:
+        profile = reader.string(entries["profile"])
+        reader.check(
+            entries["profile"], None if _NAME_TEXT.fullmatch(profile) else "not a profile name"
+        )
+    reader.check(node, aws_problem())
+    return AwsSigning(region, profile)
 
 
 def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:

@@ -51,7 +51,7 @@ def key_warnings(settings: ProxySettings) -> list[str]:
         keyless = [
             "its upstream" if index == 0 else f"fall-back {index}"
             for index, upstream in enumerate(upstreams)
-            if upstream.key is None
+            if not upstream.holds_credentials
         ]
         if keyless and len(keyless) < len(upstreams):
             line = (
@@ -72,6 +72,10 @@ def _upstream_line(upstream: UpstreamSettings) -> str:
     parts = [upstream.url]
     if upstream.key is not None:
         parts.append(f"key from {upstream.key.describe()} as {upstream.key_header}")
+    elif upstream.aws is not None:
+        profile = upstream.aws.profile
+        where = f"profile {profile}" if profile else "the standard chain"
+        parts.append(f"AWS SigV4 in {upstream.aws.region}, credentials from {where}")
     else:
         parts.append("the client's own credentials")
     if upstream.model is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from ..gateway import Gateway, ProtocolTarget
 from ..providers import PROVIDERS
@@ -85,6 +86,24 @@ def gated_endings() -> tuple[str, ...]:
 # --- the plain path --------------------------------------------------------------------------
 
 
+@runtime_checkable
+class EncodedSlashes(Protocol):
+    """A gateway one of whose paths holds an encoded `/` by design (Bedrock's model id: an
+    inference-profile ARN's `/`, sent as `%2F` by every AWS SDK): it says which paths."""
+
+    def encoded_slash_allowed(self, path: str) -> bool:
+        """Whether every `%2F` of `path` (a plain path) is where this protocol's target puts
+        one, as one label the upstream does not route by."""
+        ...
+
+
+def _encoded_slash_allowed(path: str) -> bool:
+    return any(
+        isinstance(gateway, EncodedSlashes) and gateway.encoded_slash_allowed(path)
+        for _, gateway in _gateways()
+    )
+
+
 class PathProblem(ValueError):
     """A request path the upstream could route differently from the proxy."""
 
@@ -106,7 +125,9 @@ def plain_path(raw: str) -> str:
     the upstream could route differently: an escape of `/`, `\\`, `%` or a control
     character, a `%` that begins no escape, a `\\` or `;`, a `.` or `..` segment (written
     plainly or escaped), an empty segment (`//`; a single trailing `/` is fine), or a
-    gated route written in other letter case (`/v1/CHAT/completions`)."""
+    gated route written in other letter case (`/v1/CHAT/completions`). An escaped `/` is
+    kept only where a protocol's own target has one (`EncodedSlashes`: Bedrock's model
+    id), and refused everywhere else."""
     if not raw.startswith("/"):
         raise PathProblem("it does not begin with '/'")
     if "\\" in raw:
@@ -114,13 +135,19 @@ def plain_path(raw: str) -> str:
     if ";" in raw:
         raise PathProblem("it holds a ';'")
 
+    slashes = False
+
     def decoded(match: re.Match[str]) -> str:
+        nonlocal slashes
         escape = match.group()
         if len(escape) == 1:
             raise PathProblem("a '%' that begins no escape")
         char = chr(int(escape[1:], 16))
         if char in _DECODED:
             return char
+        if char == "/":
+            slashes = True
+            return "%2F"  # kept encoded, if a protocol's target allows it (below)
         if char in _ROUTING:
             raise PathProblem(_ROUTING[char])
         if ord(char) < 0x20 or ord(char) == 0x7F:
@@ -128,6 +155,8 @@ def plain_path(raw: str) -> str:
         return escape
 
     path = _ESCAPE.sub(decoded, raw) if "%" in raw else raw
+    if slashes and not _encoded_slash_allowed(path):
+        raise PathProblem(_ROUTING["/"])
     segments = path.split("/")[1:]
     for number, segment in enumerate(segments, 1):
         if segment in (".", ".."):

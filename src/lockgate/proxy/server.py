@@ -176,7 +176,9 @@ def _process(
     redact = Redactor(secrets)
     access = Access(
         token=token,
-        holds_key=any(upstream.key for route in routes for upstream in route.upstreams),
+        holds_key=any(
+            upstream.holds_credentials for route in routes for upstream in route.upstreams
+        ),
         allow_hosts=settings.allow_hosts,
         key_on_any_path=settings.key_on_any_path,
     )

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_STREAMS",
     "KEY_HEADERS",
     "MAX_SECRET_FILE_BYTES",
+    "AwsSigning",
     "ConfigError",
     "KeyHeader",
     "ProxyConfig",
@@ -111,15 +112,36 @@ def _read_secret_file(path: Path) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class AwsSigning:
+    """Requests to an upstream signed with AWS SigV4 (`proxy.sigv4`): its region, and the
+    profile of the shared AWS files to take credentials from (None: botocore's standard
+    chain)."""
+
+    region: str
+    profile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamSettings:
     """One upstream of a route: its base URL (a request's path and query are appended), the
     key the proxy holds for it (None: the client's own credentials pass) and how it is sent,
-    and a model name that replaces the request's (a fall-back to another deployment)."""
+    a model name that replaces the request's (a fall-back to another deployment), and AWS
+    SigV4 signing with credentials the proxy holds (`aws`, never with a `key`)."""
 
     url: str
     key: SecretSource | None = None
     key_header: KeyHeader = "auto"
     model: str | None = None
+    aws: AwsSigning | None = None
+
+    def __post_init__(self) -> None:
+        if self.key is not None and self.aws is not None:
+            raise ValueError("an upstream holds a key or signs with aws, not both")
+
+    @property
+    def holds_credentials(self) -> bool:
+        """Whether the proxy's own credentials go upstream (a key, or a SigV4 signature)."""
+        return self.key is not None or self.aws is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +233,7 @@ class ProxySettings:
     @property
     def holds_keys(self) -> bool:
         return any(
-            upstream.key is not None
+            upstream.holds_credentials
             for route in self.routes
             for upstream in (route.upstream, *route.fallbacks)
         )

@@ -30,6 +30,7 @@ from ..http import describe
 from .access import KEY_HEADERS, TOKEN_HEADER, quoted
 from .config import RouteSettings
 from .engine import forwarded_headers
+from .sigv4 import AWS_CLIENT_HEADERS, AwsSigner
 
 __all__ = [
     "CREDENTIALS",
@@ -98,11 +99,14 @@ def upstream_headers(
     *,
     key: str | None,
     key_header: str,
+    signed: bool = False,
 ) -> CIMultiDict[str]:
     """The request's headers as the upstream gets them: hop-by-hop ones and those the
     connection names dropped, a body's encoding dropped when aiohttp decoded it, and with a
     held `key` the client's credentials replaced by it, in `key_header` (`authorization`
-    as `Bearer KEY`)."""
+    as `Bearer KEY`). `signed`: the proxy signs the request with SigV4, so the client's
+    credentials and its own signature's headers are dropped (the signature is added later,
+    over what is sent)."""
     named = {part.strip().lower() for value in connection for part in value.split(",")}
     decoded = decodes(headers.get("content-encoding", ""))
     sent: CIMultiDict[str] = CIMultiDict()
@@ -110,7 +114,9 @@ def upstream_headers(
         lowered = name.lower()
         if lowered in _NOT_SENT or lowered in named:
             continue
-        if key is not None and lowered in CREDENTIALS:
+        if (key is not None or signed) and lowered in CREDENTIALS:
+            continue
+        if signed and lowered in AWS_CLIENT_HEADERS:
             continue
         if decoded and lowered == "content-encoding":
             continue  # a body aiohttp decoded goes on decoded
@@ -283,6 +289,12 @@ class UpstreamRuntime:
     index: int = 0
     redactor: Redactor | None = field(default=None, repr=False)
     name: str = ""  # how observers name it: its host (and port, when the URL says one)
+    signer: AwsSigner | None = None  # its requests signed with SigV4 (`proxy.sigv4`)
+
+    @property
+    def holds_credentials(self) -> bool:
+        """Whether the proxy's own credentials go upstream (a key, or a SigV4 signature)."""
+        return self.key is not None or self.signer is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,12 +322,20 @@ def upstream_name(url: str) -> str:
 def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
     """A route with its keys read (each added to `secrets`)."""
     upstreams: list[UpstreamRuntime] = []
+    keys: list[str] = []  # every held secret of the route
     for index, upstream in enumerate((route.upstream, *route.fallbacks)):
         key = upstream.key.read() if upstream.key is not None else None
         if key is not None:
             secrets.append(key)
         header = None if upstream.key_header == "auto" else upstream.key_header
-        redactor = Redactor([key]) if key is not None else None
+        signer = None
+        held = [key] if key is not None else []
+        if upstream.aws is not None:
+            signer = AwsSigner.from_chain(upstream.aws.region, upstream.aws.profile)
+            held = signer.secrets()  # redacted as a key is (those of the start)
+            secrets.extend(held)
+        keys.extend(held)
+        redactor = Redactor(held) if held else None
         upstreams.append(
             UpstreamRuntime(
                 upstream.url,
@@ -325,8 +345,8 @@ def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
                 index,
                 redactor,
                 upstream_name(upstream.url),
+                signer,
             )
         )
-    keys = [item.key for item in upstreams if item.key is not None]
     timeout = upstream_timeout(route.gating.idle_timeout)
     return RouteRuntime(route, tuple(upstreams), timeout, Redactor(keys) if keys else None)

@@ -6,7 +6,8 @@ boto3 raises on.
   `ProtocolTarget.framing` "eventstream", `proxy.framing.eventstream`) and
   `POST …/model/{modelId}/converse` (a whole JSON answer, judged as the stream it is the
   snapshot of). The model is the path's, URL-decoded (ids and inference-profile ARNs hold
-  `:` and `/`, which SDKs send as `%3A` and `%2F`). `invoke` and
+  `:` and `/`, which SDKs send as `%3A` and `%2F`: `%2F` is allowed there, only there,
+  `encoded_slash_allowed`). `invoke` and
   `invoke-with-response-stream` are not gated yet: refused (`ungateable`), as their answers
   carry calls the proxy cannot judge.
 - **Tools**: `toolConfig.tools[].toolSpec` (`name`, `description`, `inputSchema.json`);
@@ -83,6 +84,19 @@ class BedrockGateway:
         if found is None:
             return None
         return _STREAMED if found.group("operation") == _STREAM else _WHOLE_TARGET
+
+    def encoded_slash_allowed(self, path: str) -> bool:
+        """Whether every `%2F` of `path` is inside the model id of a Converse path (an
+        inference-profile ARN's `/`, as every AWS SDK sends it), and the id, decoded, holds
+        no empty, `.` or `..` part: one label, never a path the upstream could walk."""
+        found = _PATH.search(path.rstrip("/"))
+        if found is None:
+            return False
+        start, end = found.span("model")
+        if "%2f" in (path[:start] + path[end:]).lower():
+            return False
+        parts = unquote(found.group("model")).split("/")
+        return all(part not in ("", ".", "..") for part in parts)
 
     def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
         return target.stream is True  # the path says it
