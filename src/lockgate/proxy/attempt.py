@@ -188,8 +188,7 @@ async def _attempt(
 ) -> web.StreamResponse:
     """One attempt, kept on the flow and told to the tracer."""
     flow = x.flow
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    started = time.monotonic()  # observers' clock (`Flow`): uvloop's loop time is in ms
     number = x.attempt + 1
     trace = x.trace.attempt(number, upstream.name, upstream.index > 0)
     why: str | None = None
@@ -200,7 +199,8 @@ async def _attempt(
         raise
     finally:
         status, fallback = x.status, upstream.index > 0
-        record = AttemptRecord(number, upstream.name, fallback, started, loop.time(), status, why)
+        ended = time.monotonic()
+        record = AttemptRecord(number, upstream.name, fallback, started, ended, status, why)
         flow.attempts.append(record)
         error = why if why is not None else _error_type(x)
         with contextlib.suppress(Exception):  # a tracer that fails never fails a request
@@ -481,7 +481,7 @@ async def _gate(
         return response or web.Response(status=499)
     finally:
         await close_quietly(pieces)
-        flow.judged_stream(stream, left, asyncio.get_running_loop().time())
+        flow.judged_stream(stream, left, time.monotonic())
     if response is None:  # an empty body judged (accepted or refused): its head now
         await respond.commit(flow.status, headers)
     return await respond.end()

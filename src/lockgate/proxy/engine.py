@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -312,7 +313,7 @@ class GatingStream:
                     if chunk is None:
                         break
                     if self.first_read_at is None:
-                        self.first_read_at = clock()
+                        self.first_read_at = time.monotonic()  # observers' clock
                     failure: BaseException | None = None
                     try:
                         judge.take(chunk)

@@ -64,7 +64,7 @@ class ProxyRecord:
 class AttemptRecord:
     """One attempt upstream: its number (1-based), the upstream's name (its configured name
     or host, never a URL path or key), whether it was a fall-back, when it started and
-    ended (the loop's clock), the status it answered (None: no answer) and why it was tried
+    ended (`time.monotonic()`), the status it answered (None: no answer) and why it was tried
     again (a short kind: `no_answer`, `status`, a refusal's kind; None: it was the last)."""
 
     number: int
@@ -83,7 +83,8 @@ _INCOMPLETE = frozenset({"stream_ended", "transport", "idle_timeout", "deadline"
 
 @dataclass(slots=True)
 class Flow:
-    """One request, filled in as it goes (the loop's clock for every time)."""
+    """One request, filled in as it goes (`time.monotonic()` for every time: uvloop's loop
+    time moves in whole milliseconds, once an iteration)."""
 
     method: str
     path: str  # the plain path the client sent
@@ -140,7 +141,7 @@ class Flow:
             self.outcome = "abandoned"
 
     def judged_stream(self, stream: GatingStream, left: bool, now: float) -> None:
-        """A gated stream's iteration ended (`now`: the loop's clock): when it read and
+        """A gated stream's iteration ended (`now`: `time.monotonic()`): when it read and
         held, and what the gate decided (`left`: the client left first: abandoned)."""
         self.first_read_at = stream.first_read_at
         self.held_from = stream.held_from

@@ -7,6 +7,7 @@ process's `HeldBudget`; `_refused` words a refusal. Also what a judgement takes 
 from __future__ import annotations
 
 import mmap
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -393,7 +394,7 @@ class _Judge:
     def _start_holding(self, hold: bool) -> None:
         if hold and not self.holding:
             self.holding = True
-            self.held_from = self.clock()
+            self.held_from = time.monotonic()  # observers' clock (`Flow`)
 
     def _hold(self, frame: bytes) -> None:
         size = len(frame)

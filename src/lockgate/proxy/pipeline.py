@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -33,7 +34,6 @@ _OPERATION = "chat"  # responses, chat, anthropic
 async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> web.StreamResponse:
     """One request through the stages; its answer (written, or to be written by aiohttp)."""
     flow = x.flow
-    loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     counted = False
     try:
@@ -66,7 +66,7 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
             if task is not None:
                 shared.tasks.discard(task)
         shared.answered += 1
-        flow.ended = loop.time()
+        flow.ended = time.monotonic()
         notify_done(hooks, flow)
         if flow.admitted:
             with contextlib.suppress(Exception):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
@@ -293,7 +294,7 @@ class Responder:
             loop = asyncio.get_running_loop()
             watchdog = self._watchdog = _WriteWatchdog(loop, self._idle, self.abort)
         if piece is not None and self._flow.first_sent_at is None:
-            self._flow.first_sent_at = asyncio.get_running_loop().time()
+            self._flow.first_sent_at = time.monotonic()
         watchdog.writing()
         try:
             if piece is None:

@@ -50,6 +50,7 @@ import errno
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -443,7 +444,7 @@ class ProxyServer:
             path, path_problem = raw_path, str(exc)
         if path_problem is None and path in RESERVED_PATHS:
             return self.handle_reserved(request, path)
-        flow = Flow(request.method, path, None, asyncio.get_running_loop().time())
+        flow = Flow(request.method, path, None, time.monotonic())
         exchange = ProxyExchange(request, flow, raw_path, path_problem)
         return await pipeline.run(exchange, self.shared, self.hooks)
 
@@ -469,10 +470,9 @@ class ProxyServer:
     ) -> web.Response:
         """aiohttp's answer to a request it could not parse (or, never expected, a handler
         that failed): the proxy's JSON error (`respond.malformed`), and a record."""
-        loop = asyncio.get_running_loop()
-        flow = Flow("-", "-", None, loop.time())
+        flow = Flow("-", "-", None, time.monotonic())
         response = malformed(flow, status, exc, message)
-        flow.ended = loop.time()
+        flow.ended = time.monotonic()
         self.shared.answered += 1
         notify_done(self.hooks, flow)
         return response

@@ -54,7 +54,7 @@ Attributes = dict[str, str | bool | int | float | Sequence[str]]
 
 
 class _Clock:
-    """Monotonic seconds (the loop's clock) to epoch nanoseconds, anchored once."""
+    """Monotonic seconds (`time.monotonic()`) to epoch nanoseconds, anchored once."""
 
     __slots__ = ("_epoch_ns", "_monotonic")
 
