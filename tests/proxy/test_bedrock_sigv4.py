@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
+import multidict
 import pytest
 from aiohttp import web
 from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
@@ -83,7 +85,8 @@ def verify(request: web.Request, body: bytes) -> str | None:
     if "x-amz-security-token" not in signed:
         return "the session token is not signed"
     url = f"http://{request.headers['host']}{request.raw_path}"
-    headers = {name: request.headers[name] for name in signed}
+    # a name sent more than once is signed as its values joined, as AWS reads it
+    headers = {name: ",".join(request.headers.getall(name)) for name in signed}
     recomputed = AWSRequest(method=request.method, url=url, headers=headers, data=body)
     recomputed.context["timestamp"] = request.headers["x-amz-date"]
     signer = SigV4Auth(Credentials(ACCESS, SECRET, SESSION), "bedrock", REGION)
@@ -311,3 +314,55 @@ def test_no_credentials_in_the_chain_is_a_config_error_naming_no_secret(
         AwsSigner.from_chain(REGION, None)
     with pytest.raises(ConfigError, match=r"profile nowhere.*ProfileNotFound"):
         AwsSigner.from_chain(REGION, "nowhere")
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_a_header_the_client_repeats_is_sent_as_one_the_value_signed() -> None:
+    """A name the client sends twice reaches AWS as one header, the value that was signed
+    (the verifier joins repeated values as AWS does: two values sent, one signed, is a 403)."""
+    async with (
+        verifying_upstream() as (upstream, seen),
+        serving(settings(upstream)) as running,
+        aiohttp.ClientSession() as session,
+    ):
+        body = {"messages": [{"role": "user", "content": [{"text": "hi"}]}]}
+        headers = [("x-lockgate-token", TOKEN), ("x-extra", "one"), ("X-Extra", "two")]
+        async with session.post(
+            f"{running.url}/model/{quote(PLAIN, safe='')}/converse-stream",
+            json=body,
+            headers=multidict.CIMultiDict(headers),
+        ) as response:
+            await response.read()
+    [request] = seen
+    assert len(request.headers.getall("x-extra")) == 1
+    assert response.status == 200  # a signature that did not match would be a 403
+
+
+@pytest.mark.usefixtures("aws_env")
+async def test_a_signing_failure_says_its_kind_never_its_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A credential process's error may carry its output: the answer and the record name
+    only the exception's type."""
+
+    def fails(*_: Any, **__: Any) -> dict[str, str]:
+        raise RuntimeError("credential_process said: SECRET-OUTPUT-of-the-process")
+
+    monkeypatch.setattr(AwsSigner, "sign", fails)
+    records: list[ProxyRecord] = []
+    async with (
+        verifying_upstream() as (upstream, seen),
+        serving(settings(upstream), records.append) as running,
+        aiohttp.ClientSession() as session,
+        session.post(
+            f"{running.url}/model/{quote(PLAIN, safe='')}/converse-stream",
+            json={"messages": []},
+            headers={"x-lockgate-token": TOKEN},
+        ) as response,
+    ):
+        text = await response.text()
+    assert response.status == 502
+    assert "RuntimeError" in text
+    assert "SECRET-OUTPUT" not in text
+    assert "SECRET-OUTPUT" not in repr(records)
+    assert not seen  # nothing unsigned went upstream

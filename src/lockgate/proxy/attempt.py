@@ -66,7 +66,7 @@ from .respond import (
     unjudged,
     whole,
 )
-from .sigv4 import aws_path
+from .sigv4 import aws_path, fold_repeated
 from .upstream import (
     ResumableUpstreamBody,
     UpstreamBody,
@@ -327,13 +327,18 @@ async def _open(
     for name, value in traced.items():
         headers[name] = value  # in place of any the client sent (every case of its name)
     assert shared.session is not None
-    try:
-        if signer is not None:
+    if signer is not None:
+        fold_repeated(headers)  # one value a name: what is signed is what is sent
+        try:
             # Off the event loop: botocore may refresh credentials (I/O) and hashes the body.
             signature = await asyncio.to_thread(
                 signer.sign, request.method, str(url), headers, body
             )
-            headers.update(signature)
+        except Exception as exc:  # its text may hold a credential process's output: not said
+            kind = type(exc).__name__
+            return 502, f"signing the request with the route's AWS credentials failed ({kind})"
+        headers.update(signature)
+    try:
         return await shared.session.request(
             request.method,
             url,

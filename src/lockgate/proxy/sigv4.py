@@ -25,7 +25,16 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["AWS_CLIENT_HEADERS", "AWS_EXTRA", "AwsSigner", "aws_path", "aws_problem"]
+from multidict import CIMultiDict
+
+__all__ = [
+    "AWS_CLIENT_HEADERS",
+    "AWS_EXTRA",
+    "AwsSigner",
+    "aws_path",
+    "aws_problem",
+    "fold_repeated",
+]
 
 SERVICE = "bedrock"
 AWS_EXTRA = "pip install 'lockgate[aws]'"
@@ -113,3 +122,12 @@ class AwsSigner:
             f"SignedHeaders={signed}, Signature={signature}"
         )
         return added
+
+
+def fold_repeated(headers: CIMultiDict[str]) -> None:
+    """Each header sent more than once becomes one, its values joined with `, ` (RFC 9110
+    §5.3), so that the value signed is the value sent: the signer reads one value a name."""
+    for name in {key.lower() for key in headers}:
+        values = headers.getall(name)
+        if len(values) > 1:
+            headers[name] = ", ".join(values)
