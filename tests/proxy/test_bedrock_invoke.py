@@ -195,3 +195,21 @@ def test_the_mapping_unwraps_a_chunk_and_sends_it_as_it_came() -> None:
     assert framing.encode(frame) == message
     assert WIRE.as_message(frame.event) == message
     assert base64.b64decode(json.loads(message[message.index(b"{") : -4])["bytes"]) == data
+
+
+async def test_an_invoke_body_of_another_model_is_refused_before_it_is_sent() -> None:
+    def llama(url: str) -> None:
+        client(url).invoke_model_with_response_stream(
+            modelId="meta.llama3-8b-instruct-v1:0", body=json.dumps({"prompt": "hi"})
+        )
+
+    async with (
+        recording_upstream(served(ACCEPTED), MEDIA_TYPE) as (upstream, seen, _),
+        serving(ProxyConfig(upstream, gating=gating()), lambda _: None) as running,
+    ):
+        with pytest.raises(ClientError) as raised:
+            await asyncio.to_thread(llama, running.url)
+    assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert raised.value.response["Error"]["Code"] == "ValidationException"
+    assert "Anthropic models only" in raised.value.response["Error"]["Message"]
+    assert seen == []

@@ -7,8 +7,9 @@ stream, with this module's message mapping.
   event stream) and `POST …/model/{modelId}/invoke` (a whole JSON answer: an Anthropic
   Messages response, judged as the stream it is the snapshot of). The body is an Anthropic
   Messages body without `model` and `stream` (`anthropic_version`, `anthropic_beta` kept as
-  they are): its `tools` are the declared tools. The Bedrock gateway's `target` names this
-  gateway (`ProtocolTarget.gateway`) for these paths.
+  they are): its `tools` are the declared tools. A body without `anthropic_version` (another
+  model's) is refused with 400 before it is sent (`request_problem`). The Bedrock gateway's
+  `target` names this gateway (`ProtocolTarget.gateway`) for these paths.
 - **The mapping** (`InvokeWire`): a `chunk` event's payload is `{"bytes": <base64>}` (and
   maybe Bedrock's padding `p`), the base64 of one Anthropic event's JSON; the event read is
   that JSON, named by its `type`. Exceptions and errors are read as in ConverseStream
@@ -138,7 +139,13 @@ class InvokeGateway:
         return target.stream is True  # the path says it
 
     def request_problem(self, request: Mapping[str, Any]) -> tuple[str, str | None] | None:
-        return None
+        if "anthropic_version" in request:
+            return None
+        return (
+            "lockgate gates Bedrock InvokeModel for Anthropic models only (a Messages body "
+            "with anthropic_version); use Converse or ConverseStream for other models",
+            "anthropic_version",
+        )
 
     def with_model(
         self, path: str, request: Mapping[str, Any], model: str
