@@ -213,3 +213,46 @@ async def test_an_invoke_body_of_another_model_is_refused_before_it_is_sent() ->
     assert raised.value.response["Error"]["Code"] == "ValidationException"
     assert "Anthropic models only" in raised.value.response["Error"]["Message"]
     assert seen == []
+
+
+def read_with_anthropic_bedrock(url: str, into: list[Any]) -> None:
+    """The Anthropic Bedrock SDK's own stream through the proxy, each event appended."""
+    from anthropic import AnthropicBedrock
+
+    sdk = AnthropicBedrock(
+        base_url=url,
+        aws_access_key="x",
+        aws_secret_key="y",
+        aws_region="us-east-1",
+        max_retries=0,
+    )
+    request = request_for("anthropic")
+    body = {key: value for key, value in request.items() if key not in ("model", "stream")}
+    with sdk.messages.stream(model=MODEL, **body) as stream:
+        for event in stream:
+            into.append(event)
+
+
+async def test_the_anthropic_bedrock_sdk_reads_a_complete_stream_and_raises_on_a_refusal() -> None:
+    from anthropic import APIStatusError
+
+    events: list[Any] = []
+    async with (
+        recording_upstream(served(ACCEPTED), MEDIA_TYPE) as (upstream, _, bodies),
+        serving(ProxyConfig(upstream, gating=gating()), lambda _: None) as running,
+    ):
+        await asyncio.to_thread(read_with_anthropic_bedrock, running.url, events)
+    starts = [event for event in events if event.type == "content_block_start"]
+    assert [block.content_block.name for block in starts[1:]] == ["read", "edit"]
+    assert "anthropic_version" in json.loads(bodies[0])
+    events.clear()
+    async with (
+        recording_upstream(served(INVALID_SECOND), MEDIA_TYPE) as (upstream, _, _),
+        serving(ProxyConfig(upstream, gating=gating()), lambda _: None) as running,
+    ):
+        with pytest.raises(APIStatusError, match="lockgate withheld 2 tool calls"):
+            await asyncio.to_thread(read_with_anthropic_bedrock, running.url, events)
+    assert not any(
+        event.type == "content_block_start" and event.content_block.type == "tool_use"
+        for event in events
+    )
