@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ...conversation import ToolSpec
 from ...errors import FailureKind, ResponseFailure
 from ...eventstream import EventMessage, EventStreamError, encode_message
-from ...gateway import ProtocolTarget, Refusal
+from ...gateway import Gateway, ProtocolTarget, Refusal
 from ...sse import ServerSentEvent
 from ..anthropic.gateway import GATEWAY as ANTHROPIC
 from ..decoding import compact_json
@@ -53,7 +53,6 @@ from .framing import (
 if TYPE_CHECKING:
     from ...codec import StreamDecoder
     from ...scripted.reply import Reply
-    from .gateway import BedrockGateway
 
 __all__ = ["INVOKE_PATH", "InvokeGateway", "InvokeWire", "invoke_stream", "render_invoke"]
 
@@ -117,7 +116,8 @@ class InvokeGateway:
 
     eventstream = WIRE
 
-    def __init__(self, bedrock: BedrockGateway) -> None:
+    def __init__(self, bedrock: Gateway) -> None:
+        """`bedrock`: the Bedrock gateway, whose paths, keys and errors these are."""
         self._bedrock = bedrock
         self.path_endings = ("/invoke-with-response-stream", "/invoke")
         self.key_header = bedrock.key_header
