@@ -25,7 +25,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .codec import StreamDecoder
@@ -76,11 +76,14 @@ class ProtocolTarget:
     the path decides it (Gemini's `:streamGenerateContent`, Vertex AI's `:streamRawPredict`),
     None when the body's `stream` does; `problem`, why the request, though the protocol's,
     cannot be gated (it is refused with 400 before anything is sent), or None; `framing`,
-    the wire a streamed answer comes in (SSE unless the target says otherwise)."""
+    the wire a streamed answer comes in (SSE unless the target says otherwise); `gateway`,
+    the gateway that judges it when not the one whose target it is (Bedrock's invoke paths:
+    Anthropic Messages in Bedrock's wire, `providers/bedrock/invoke.py`), else None."""
 
     stream: bool | None = None
     problem: str | None = None
     framing: str = "sse"  # the wire its streamed answer comes in (`proxy.framing.FRAMINGS`)
+    gateway: Gateway | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,10 +240,13 @@ def test_the_framing_sends_each_message_as_it_came_and_refuses_a_cut_body() -> N
     assert framing.cut
 
 
-def test_invoke_requests_are_refused_as_ungateable() -> None:
-    reason = GATEWAY.ungateable("POST", f"/model/{MODEL}/invoke-with-response-stream", {})
-    assert reason is not None
-    assert "not gated" in reason
+def test_invoke_requests_are_gated_by_the_invoke_gateway() -> None:
+    path = f"/model/{MODEL}/invoke-with-response-stream"
+    assert GATEWAY.ungateable("POST", path, {}) is None
+    target = GATEWAY.target("POST", path, {})
+    assert target is not None
+    assert type(target.gateway).__name__ == "InvokeGateway"
+    assert target.framing == "eventstream"
     assert (
         GATEWAY.request_model("/model/arn%3Aaws%3Abedrock%2Fx/converse", {}) == "arn:aws:bedrock/x"
     )

@@ -270,11 +270,12 @@ def test_an_encoded_slash_passes_only_inside_a_bedrock_model_id() -> None:
         "profile%2Fus.anthropic.claude-x/converse-stream"
     )
     assert plain_path(f"/bedrock/model/{arn}/converse").startswith("/bedrock/model/arn:aws:")
+    assert plain_path(f"/model/{arn}/invoke").endswith("profile%2Fus.anthropic.claude-x/invoke")
     for refused in (
         f"/v1%2Fx/model/{arn}/converse-stream",  # outside the model id
         "/model/a%2F..%2Fb/converse",  # a walkable id
         "/model/%2Fa/converse-stream",  # an empty part
-        f"/model/{arn}/invoke",  # not a gated Converse path
+        f"/model/{arn}/count-tokens",  # not a gated model path
         "/v1/chat%2Fcompletions",
         "/v1/files%2Fx",
     ):

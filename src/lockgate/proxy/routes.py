@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from ..gateway import Gateway, ProtocolTarget
@@ -58,12 +58,21 @@ def _gateways() -> list[tuple[Provider, Gateway]]:
 def route(method: str, path: str, query: Mapping[str, str] | None = None) -> Routed | None:
     """The protocol a request is gated with (None: it passes unchanged). `path` is the
     request's path without its query (the proxy gives its plain form); `query`, the first
-    value of each of its names."""
+    value of each of its names. A target judged by another gateway (`ProtocolTarget.gateway`)
+    is routed with its provider's entry whose gateway is that one (the engine and the
+    proxy ask the entry)."""
     for entry, gateway in _gateways():
         target = gateway.target(method, path, query or {})
         if target is not None:
+            if target.gateway is not None:  # another meaning on this protocol's wire
+                return Routed(_judged_by(entry, target.gateway), target.gateway, target)
             return Routed(entry, gateway, target)
     return None
+
+
+def _judged_by(entry: Provider, gateway: Gateway) -> Provider:
+    """`entry` with `gateway` as its gateway."""
+    return replace(entry, gateway=lambda: gateway)
 
 
 def owner(path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> Gateway:

@@ -2,7 +2,8 @@
 `application/vnd.amazon.eventstream` body (`lockgate.eventstream`), judged by the same gate
 as every other protocol. `--base-url` is the bedrock-runtime endpoint
 (`https://bedrock-runtime.us-east-1.amazonaws.com`); the key is a Bedrock API key in
-`AWS_BEARER_TOKEN_BEDROCK`, sent as a bearer token (SigV4 is later work: issue 29)."""
+`AWS_BEARER_TOKEN_BEDROCK`, sent as a bearer token (the proxy can sign with SigV4 instead,
+`proxy/sigv4.py`). The proxy also gates InvokeModel for Anthropic models (`invoke.py`)."""
 
 from __future__ import annotations
 

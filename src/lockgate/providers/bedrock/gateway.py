@@ -7,9 +7,9 @@ boto3 raises on.
   `POST …/model/{modelId}/converse` (a whole JSON answer, judged as the stream it is the
   snapshot of). The model is the path's, URL-decoded (ids and inference-profile ARNs hold
   `:` and `/`, which SDKs send as `%3A` and `%2F`: `%2F` is allowed there, only there,
-  `encoded_slash_allowed`). `invoke` and
-  `invoke-with-response-stream` are not gated yet: refused (`ungateable`), as their answers
-  carry calls the proxy cannot judge.
+  `encoded_slash_allowed`). `invoke` and `invoke-with-response-stream` (Anthropic models'
+  Messages in Bedrock's wire) are targets judged by another gateway
+  (`ProtocolTarget.gateway`): `invoke.InvokeGateway`, Anthropic's meaning with this wire.
 - **Tools**: `toolConfig.tools[].toolSpec` (`name`, `description`, `inputSchema.json`);
   a `cachePoint` or a system tool is no client tool.
 - **Actions**: a `contentBlockStart` (Bedrock starts only `toolUse` and `toolResult` blocks),
@@ -42,13 +42,17 @@ from ...sse import ServerSentEvent
 from ..decoding import compact_json, malformed
 from .decoder import BedrockDecoder
 from .framing import EXCEPTION_PREFIX, WIRE, EventStreamWire
+from .invoke import InvokeGateway
 
 __all__ = ["GATEWAY", "BedrockGateway"]
 
 _STREAM, _WHOLE = "converse-stream", "converse"
 # `…/model/{modelId}/converse-stream` or `…/converse`: the model one path segment.
-_PATH = re.compile(r"/model/(?P<model>[^/]+)/(?P<operation>converse-stream|converse)$")
-_INVOKE = re.compile(r"/model/[^/]+/(?:invoke|invoke-with-response-stream)$")
+_PATH = re.compile(
+    r"/model/(?P<model>[^/]+)/"
+    r"(?P<operation>converse-stream|converse|invoke-with-response-stream|invoke)$"
+)
+_INVOKE_OPERATIONS = frozenset({"invoke-with-response-stream", "invoke"})
 _STREAMED = ProtocolTarget(stream=True, framing="eventstream")
 _WHOLE_TARGET = ProtocolTarget(stream=False)
 # Forwarded as they come (a delta only when it carries no call): everything else holds.
@@ -72,9 +76,11 @@ _PROXY_ERRORS = {
 class BedrockGateway:
     """The Bedrock Converse gateway."""
 
-    path_endings = ("/converse-stream", "/converse")
+    path_endings = ("/converse-stream", "/converse", "/invoke-with-response-stream", "/invoke")
     key_header = "authorization"  # a Bedrock API key, as `Bearer KEY`
-    keyed_paths = re.compile(r"/model/[^/]+/(?:converse-stream|converse)$")
+    keyed_paths = re.compile(
+        r"/model/[^/]+/(?:converse-stream|converse|invoke-with-response-stream|invoke)$"
+    )
     eventstream: EventStreamWire = WIRE  # what its messages mean (`proxy.framing.eventstream`)
 
     def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
@@ -83,10 +89,13 @@ class BedrockGateway:
         found = _PATH.search(path.rstrip("/"))
         if found is None:
             return None
-        return _STREAMED if found.group("operation") == _STREAM else _WHOLE_TARGET
+        operation = found.group("operation")
+        if operation in _INVOKE_OPERATIONS:
+            return INVOKE.target(method, path, query)  # Anthropic's meaning, this wire
+        return _STREAMED if operation == _STREAM else _WHOLE_TARGET
 
     def encoded_slash_allowed(self, path: str) -> bool:
-        """Whether every `%2F` of `path` is inside the model id of a Converse path (an
+        """Whether every `%2F` of `path` is inside the model id of a model path (an
         inference-profile ARN's `/`, as every AWS SDK sends it), and the id, decoded, holds
         no empty, `.` or `..` part: one label, never a path the upstream could walk."""
         found = _PATH.search(path.rstrip("/"))
@@ -102,11 +111,6 @@ class BedrockGateway:
         return target.stream is True  # the path says it
 
     def ungateable(self, method: str, path: str, query: Mapping[str, Sequence[str]]) -> str | None:
-        if method.upper() == "POST" and _INVOKE.search(path.rstrip("/")) is not None:
-            return (
-                "Bedrock InvokeModel and InvokeModelWithResponseStream are not gated yet; "
-                "use Converse or ConverseStream through lockgate"
-            )
         return None
 
     def claims(self, path: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
@@ -271,3 +275,4 @@ def _client_tool(tool: dict[str, Any]) -> tuple[object, object, object] | None:
 
 
 GATEWAY = BedrockGateway()
+INVOKE = InvokeGateway(GATEWAY)  # the invoke paths' gateway (`invoke.py`)
