@@ -232,6 +232,19 @@ class Finish:
     truncated: bool = False
 
 
+# The two truncations every provider names: its output-token limit, its context window.
+OUTPUT_LIMIT = Finish(
+    failure=FailureKind.RESPONSE_INCOMPLETE,
+    message="response incomplete: the output-token limit cut it off",
+    truncated=True,
+)
+CONTEXT_WINDOW = Finish(
+    failure=FailureKind.RESPONSE_INCOMPLETE,
+    message="response incomplete: the context window was exceeded",
+    truncated=True,
+)
+
+
 def finish_event(
     table: Mapping[str, Finish],
     reason: str,

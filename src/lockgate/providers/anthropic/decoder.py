@@ -43,7 +43,9 @@ from ...sse import ServerSentEvent
 from ..decoding import (
     AFTER_END,
     CONTENT_BEGAN,
+    CONTEXT_WINDOW,
     NOTHING,
+    OUTPUT_LIMIT,
     Finish,
     UsageFields,
     finish_event,
@@ -79,16 +81,8 @@ FINISHES: dict[str, Finish] = {
     "stop_sequence": Finish(FINISH_WITHOUT_CALLS),
     "pause_turn": Finish(FINISH_PAUSED),
     "refusal": Finish(FINISH_REFUSED),
-    "max_tokens": Finish(
-        failure=FailureKind.RESPONSE_INCOMPLETE,
-        message="response incomplete: the output-token limit cut it off",
-        truncated=True,
-    ),
-    "model_context_window_exceeded": Finish(
-        failure=FailureKind.RESPONSE_INCOMPLETE,
-        message="response incomplete: the context window was exceeded",
-        truncated=True,
-    ),
+    "max_tokens": OUTPUT_LIMIT,
+    "model_context_window_exceeded": CONTEXT_WINDOW,
 }
 # The usage fields merged over message_start and every message_delta (cumulative: a later
 # value replaces an earlier one), and what they count in lockgate's terms: Anthropic's own

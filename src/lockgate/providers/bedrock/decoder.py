@@ -51,7 +51,9 @@ from ...jsonlimits import MAX_EVENT_DEPTH, parse_event, parse_json
 from ...sse import ServerSentEvent
 from ..decoding import (
     CONTENT_BEGAN,
+    CONTEXT_WINDOW,
     NOTHING,
+    OUTPUT_LIMIT,
     Finish,
     UsageFields,
     finish_event,
@@ -83,16 +85,8 @@ FINISHES: dict[str, Finish] = {
     "tool_use": Finish(FINISH_WITH_CALLS),
     "end_turn": Finish(FINISH_WITHOUT_CALLS),
     "stop_sequence": Finish(FINISH_WITHOUT_CALLS),
-    "max_tokens": Finish(
-        failure=_INCOMPLETE,
-        message="response incomplete: the output-token limit cut it off",
-        truncated=True,
-    ),
-    "model_context_window_exceeded": Finish(
-        failure=_INCOMPLETE,
-        message="response incomplete: the context window was exceeded",
-        truncated=True,
-    ),
+    "max_tokens": OUTPUT_LIMIT,
+    "model_context_window_exceeded": CONTEXT_WINDOW,
     "guardrail_intervened": _FILTERED,
     "content_filtered": _FILTERED,
     "malformed_tool_use": Finish(

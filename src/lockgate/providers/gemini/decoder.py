@@ -56,6 +56,7 @@ from ...sse import ServerSentEvent
 from ..decoding import (
     AFTER_END,
     NOTHING,
+    OUTPUT_LIMIT,
     Finish,
     UsageFields,
     compact_json,
@@ -101,11 +102,7 @@ _FAILED = Finish(failure=FailureKind.RESPONSE_FAILED, message="the response fail
 # call is the gate's own `invalid_batch`; the rest say the response failed. Unknown values
 # are `lifecycle` (not a known completion).
 FAILED_FINISHES: dict[str, Finish] = {
-    "MAX_TOKENS": Finish(
-        failure=_INCOMPLETE,
-        message="response incomplete: the output-token limit cut it off",
-        truncated=True,
-    ),
+    "MAX_TOKENS": OUTPUT_LIMIT,
     "CONTINUATION": Finish(
         failure=_INCOMPLETE,
         message="response incomplete: the per-request token limit cut it off",
