@@ -57,3 +57,24 @@ def test_the_first_line_names_the_loop() -> None:
     assert workers.endswith("(2 workers, event loop: asyncio)")
     record = json.loads(listening_output("http://127.0.0.1:8787", settings, True, loop="uvloop"))
     assert record["loop"] == "uvloop"
+
+
+@pytest.mark.parametrize("asked", ["bogus", "UVLOOP-ish"])
+def test_an_unknown_loop_asked_for_is_one_line(asked: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCKGATE_PROXY_LOOP", asked)
+    problem = loop_policy.loop_problem()
+    assert problem is not None
+    assert "must be asyncio or uvloop" in problem
+
+
+def test_the_proxy_refuses_a_loop_it_cannot_run_with_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockgate.cli import main
+
+    monkeypatch.setenv("LOCKGATE_PROXY_LOOP", "bogus")
+    code = main(["proxy", "--upstream", "http://127.0.0.1:9", "--port", "0"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "LOCKGATE_PROXY_LOOP must be asyncio or uvloop" in err

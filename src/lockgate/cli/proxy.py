@@ -162,12 +162,15 @@ def proxy(args: argparse.Namespace) -> int:
             for line in describe(resolved):
                 print(one_line(line))
             return EXIT_OK
+    from ..proxy import loop_policy
+
+    problem = loop_policy.loop_problem()
+    if problem is not None:
+        raise UsageError(problem)
     if args.workers is not None:
         from .workers import serve_workers
 
         return serve_workers(args, resolved)
-    from ..proxy import loop_policy
-
     return loop_policy.run(_serve(args, resolved))
 
 

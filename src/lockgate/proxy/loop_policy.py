@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-__all__ = ["gunicorn_worker_class", "loop_name", "run", "running_loop_name"]
+__all__ = ["gunicorn_worker_class", "loop_name", "loop_problem", "run", "running_loop_name"]
 
 LoopName = Literal["uvloop", "asyncio"]
 VARIABLE = "LOCKGATE_PROXY_LOOP"  # `asyncio`: asyncio's loop even where uvloop is installed
@@ -37,6 +37,19 @@ def _uvloop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
+
+
+def loop_problem() -> str | None:
+    """Why `LOCKGATE_PROXY_LOOP` cannot be followed (one line), or None: it may be unset,
+    `asyncio`, or `uvloop` where uvloop is installed."""
+    asked = os.environ.get(VARIABLE, "").strip().lower()
+    if asked in ("", "asyncio"):
+        return None
+    if asked != "uvloop":
+        return f"{VARIABLE} must be asyncio or uvloop, not {asked[:40]!r}"
+    if _uvloop_factory() is None:
+        return f"{VARIABLE}=uvloop, but uvloop is not installed here"
+    return None
 
 
 def loop_name() -> LoopName:
