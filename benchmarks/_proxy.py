@@ -11,7 +11,7 @@ its stdin closes (the parent exited) or it gets SIGTERM:
   run, on the event loop `lockgate proxy` picks (`lockgate.proxy.loop_policy`: uvloop's
   where it is installed); `lockgate-nometrics`: the same with the metrics off (config key
   `metrics: false`); `lockgate-otel`: the same with an OpenTelemetry tracer exporting to a
-  loopback OTLP sink (only where `serving` takes `tracing`); `lockgate-asyncio`: the same
+  loopback OTLP sink; `lockgate-asyncio`: the same
   on asyncio's loop;
 - `passthrough`: the floor for a Python proxy, on the same loop: an aiohttp server whose
   handler sends the request to the upstream with one pooled `aiohttp.ClientSession` and
@@ -119,14 +119,8 @@ async def _serve_passthrough(upstream: str, stop: asyncio.Event) -> None:
 
 
 def tracing_wired() -> str | None:
-    """None where `serving` takes a tracer (`tracing`); else why the OTel row is not
-    measured."""
-    import inspect
-
-    from lockgate.proxy.server import serving
-
-    if "tracing" not in inspect.signature(serving).parameters:
-        return "tracer wiring not present (lockgate.proxy.serving has no `tracing` parameter)"
+    """None where the tracer can be made (the `otel` extra is installed); else why the OTel
+    row is not measured."""
     try:
         importlib.import_module("lockgate.telemetry.otel")
     except ImportError as exc:

@@ -160,10 +160,8 @@ class Flow:
         the gate tells no observer of `ResponseCompleted`, see `judged`)."""
         if type(event) is UsageReported:
             self.usage = event.usage
-        elif type(event) is ResponseStarted:
-            model = getattr(event, "model", None)  # where the event carries it
-            if type(model) is str:
-                self.response_model = model
+        elif type(event) is ResponseStarted and event.model is not None:
+            self.response_model = event.model
 
     def record(self, redact: Callable[[str], str]) -> ProxyRecord:
         ended = self.started if self.ended is None else self.ended
