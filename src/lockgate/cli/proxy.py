@@ -196,6 +196,7 @@ _FILE_KEYS = {
     "--keepalive": "routes[].keepalive",
     "--retries": "routes[].retries.attempts",
     "--retry-max-wait": "routes[].retries.max_wait",
+    "--websocket": "routes[].websocket",
     **{"--" + name.replace("_", "-"): f"routes[].limits.{name}" for name in LIMIT_HELP},
 }
 
@@ -255,6 +256,7 @@ def _flag_settings(
         head_timeout=args.head_timeout,
         max_held_bytes=args.max_held_bytes,
         retries=RouteRetries(args.retries, args.retry_max_wait),
+        websocket=args.websocket,
     )
     return config.settings()
 

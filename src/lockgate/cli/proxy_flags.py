@@ -106,6 +106,15 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
         "refused for a transient reason before any of it reached the client (default 0)",
     )
     proxy.add_argument(
+        "--websocket",
+        action=_NotedStore,
+        choices=("relay", "refuse"),
+        default="relay",
+        help="with --upstream: what a WebSocket upgrade on a gated path gets: relay (the "
+        "proxy gates each response on its own socket upstream; default) or refuse (426, the "
+        "client falls back to HTTP)",
+    )
+    proxy.add_argument(
         "--retry-max-wait",
         action=_NotedStore,
         type=_positive_seconds,

@@ -19,6 +19,7 @@ from .access import host_name_problem
 from .engine import HOLDS, GatingOptions, Hold
 from .settings import (
     KEY_HEADERS,
+    WEBSOCKET_MODES,
     AwsSigning,
     ConfigError,
     KeyHeader,
@@ -27,6 +28,7 @@ from .settings import (
     RouteSettings,
     SecretSource,
     UpstreamSettings,
+    WebSocketMode,
     upstream_problem,
 )
 
@@ -202,6 +204,7 @@ _ROUTE = (
     "limits",
     "retries",
     "fallbacks",
+    "websocket",
 )
 _LIMITS = tuple(GateLimits.__dataclass_fields__)
 _KEY = ("env", "file", "header")
@@ -373,7 +376,13 @@ def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
                 entries["fallbacks"],
                 "a fall-back is only tried by a retry: set retries.attempts to 1 or more",
             )
-    return RouteSettings(name, prefix, upstream, gating, retries, tuple(fallbacks))
+    websocket: WebSocketMode = "relay"
+    if "websocket" in entries:
+        given_mode = reader.string(entries["websocket"])
+        if given_mode not in WEBSOCKET_MODES:
+            raise reader.error(entries["websocket"], f"must be one of {', '.join(WEBSOCKET_MODES)}")
+        websocket = "refuse" if given_mode == "refuse" else "relay"
+    return RouteSettings(name, prefix, upstream, gating, retries, tuple(fallbacks), websocket)
 
 
 def _gating(reader: _Reader, entries: Mapping[str, _Node]) -> GatingOptions:

@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_STREAMS",
     "KEY_HEADERS",
     "MAX_SECRET_FILE_BYTES",
+    "WEBSOCKET_MODES",
     "AwsSigning",
     "ConfigError",
     "KeyHeader",
@@ -33,6 +34,7 @@ __all__ = [
     "RouteSettings",
     "SecretSource",
     "UpstreamSettings",
+    "WebSocketMode",
     "listen_problem",
     "resolve_secrets",
     "upstream_problem",
@@ -48,6 +50,11 @@ KEY_HEADERS: tuple[KeyHeader, ...] = (
     "api-key",
     "x-goog-api-key",
 )
+# What a WebSocket upgrade on a gated path gets: `relay` (the proxy terminates the client's
+# socket, opens its own upstream and gates each response on it) or `refuse` (426: the client
+# falls back to HTTP).
+WebSocketMode = Literal["relay", "refuse"]
+WEBSOCKET_MODES: tuple[WebSocketMode, ...] = ("relay", "refuse")
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 256
 DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measured (15 s)
@@ -159,7 +166,8 @@ class RouteRetries:
 @dataclass(frozen=True, slots=True)
 class RouteSettings:
     """One route: its name (logs and metrics), the path prefix it serves (stripped before
-    forwarding), its upstream and fall-backs, how its responses are gated, its retries."""
+    forwarding), its upstream and fall-backs, how its responses are gated, its retries, and
+    what a WebSocket upgrade on its gated paths gets."""
 
     name: str
     prefix: str
@@ -167,6 +175,7 @@ class RouteSettings:
     gating: GatingOptions = field(default_factory=GatingOptions)
     retries: RouteRetries = field(default_factory=RouteRetries)
     fallbacks: tuple[UpstreamSettings, ...] = ()
+    websocket: WebSocketMode = "relay"
 
     def strip(self, path: str) -> str | None:
         """The path to forward (the prefix removed), or None when the route does not serve
@@ -265,6 +274,7 @@ class ProxyConfig:
     max_held_bytes: int = DEFAULT_MAX_HELD_BYTES
     retries: RouteRetries = field(default_factory=RouteRetries)
     metrics: bool = True
+    websocket: WebSocketMode = "relay"
 
     def __post_init__(self) -> None:
         problem = upstream_problem(self.upstream)
@@ -283,7 +293,12 @@ class ProxyConfig:
         key = SecretSource(value=self.api_key) if self.api_key is not None else None
         token = SecretSource(value=self.client_token) if self.client_token is not None else None
         route = RouteSettings(
-            "default", "", UpstreamSettings(self.upstream, key), self.gating, self.retries
+            "default",
+            "",
+            UpstreamSettings(self.upstream, key),
+            self.gating,
+            self.retries,
+            websocket=self.websocket,
         )
         return ProxySettings(
             (route,),
