@@ -13,6 +13,7 @@ class FailureKind(StrEnum):
 
     OPENING = "opening"  # the request could not be opened (HTTP status, connection)
     QUOTA_EXHAUSTED = "quota_exhausted"  # a 429 whose body says the quota is spent
+    CONTEXT_WINDOW = "context_window"  # a 400 whose body says the input is over the window
     RETRY_WAIT_TOO_LONG = "retry_wait_too_long"  # the server asked for a longer wait than allowed
     STREAM_ENDED = "stream_ended"  # end of stream without a terminal event
     TRANSPORT = "transport"  # the connection failed after the stream was acquired

@@ -162,6 +162,8 @@ class ErrorDetails:
     code: str = ""
     message: str = ""
     quota_exhausted: bool = False  # the body's code or type says retrying cannot help
+    # the body says the request is over the model's context window (a larger model may take it)
+    context_exceeded: bool = False
     reset_wait: float | None = None  # from the provider's rate-limit reset headers
 
 
@@ -195,6 +197,13 @@ def classify_opening_failure(
             retryable=False,
             status=status,
             kind=FailureKind.QUOTA_EXHAUSTED,
+        )
+    if details.context_exceeded and 400 <= status < 500:
+        return OpenFailure(
+            f"the input is over the model's context window ({summary})",
+            retryable=False,
+            status=status,
+            kind=FailureKind.CONTEXT_WINDOW,
         )
     retryable = status in RETRYABLE_STATUSES or status >= 500
     should_retry = (header(headers, "x-should-retry") or "").lower()

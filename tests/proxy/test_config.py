@@ -171,8 +171,8 @@ _ROUTE = "routes:\n  - name: a\n    upstream: http://x\n"
             "c.yaml:5: routes[0].fallbacks[0].model: must be a string",
         ),
         (
-            _ROUTE + "    fallbacks: [{upstream: 'http://y'}]\n",
-            "c.yaml:4: routes[0].fallbacks: a fall-back is only tried by a retry",
+            _ROUTE + "    fallbacks: [{upstream: 'http://y', model: m, models: {a: b}}]\n",
+            "c.yaml:4: routes[0].fallbacks[0].models: give model or models, not both",
         ),
     ],
     ids=lambda value: value.split(":")[2].strip() if value.startswith("c.yaml") else None,

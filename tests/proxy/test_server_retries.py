@@ -187,7 +187,7 @@ async def test_the_openai_sdk_through_a_retrying_route_sees_no_failure() -> None
 # --- fall-backs ------------------------------------------------------------------------------
 
 
-async def test_a_persistent_503_falls_back_to_the_next_upstream_with_its_model() -> None:
+async def test_a_persistent_503_is_retried_on_its_upstream_then_falls_back_with_its_model() -> None:
     from lockgate.lab.server import serve_script
     from lockgate.proxy.config import ProxySettings, RouteSettings, UpstreamSettings
 
@@ -209,10 +209,10 @@ async def test_a_persistent_503_falls_back_to_the_next_upstream_with_its_model()
             status, _, body = await post(running.url)
     assert status == 200
     assert b'"edit"' in body
-    assert len(primary.requests) == 1
+    assert len(primary.requests) == 2  # the same upstream first (retries: 1), then the next
     [sent] = backup.requests
     assert sent.body["model"] == "backup-model"
-    assert (records[0].outcome, records[0].retries) == ("passed", 1)
+    assert (records[0].outcome, records[0].retries) == ("passed", 2)
 
 
 def test_the_shorthand_takes_retries_too() -> None:

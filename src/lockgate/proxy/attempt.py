@@ -40,13 +40,15 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import TypeVar
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
 from ..conversation import ToolSpec
+from ..errors import FailureKind
 from ..http import ERROR_BODY_CAP_BYTES, describe
 from ..retry import RETRYABLE_STATUSES, RetryPolicy, standard_wait
 from ..telemetry import AttemptTrace
@@ -54,7 +56,9 @@ from .access import quoted
 from .admit import Shared, declared_tools
 from .engine import GatingStream, Refused, capped_body, forwarded_headers, gates, judge_whole
 from .exchange import Answer, Mode, ProxyExchange
+from .failover import FailoverPlan, Step, Trouble
 from .flow import AttemptRecord, Flow
+from .framing import Framing, framing_for
 from .respond import (
     DONT_RETRY,
     Responder,
@@ -84,7 +88,24 @@ from .whole import read_whole
 
 __all__ = ["OFFLOAD_BYTES", "attempts", "mode", "retryable"]
 
+T = TypeVar("T")
+
 OFFLOAD_BYTES = 1024 * 1024  # a whole response this large is judged off the event loop
+# Refusals that say the upstream fell silent: the next upstream is tried at once.
+_SILENCE = frozenset({FailureKind.IDLE_TIMEOUT.value})
+# Refusals a retry does not route around, even when the whole answer is held: the provider's
+# own judgement of the content (a filter, a refusal, a safety stop), the request's or the
+# account's fault, the proxy's own bounds, the route's deadline.
+_FINAL_KINDS = frozenset(
+    {
+        FailureKind.RESPONSE_INCOMPLETE.value,
+        FailureKind.QUOTA_EXHAUSTED.value,
+        FailureKind.CONTEXT_WINDOW.value,
+        FailureKind.BOUND_EXCEEDED.value,
+        FailureKind.DEADLINE.value,
+        FailureKind.OPENING.value,
+    }
+)
 # The retry owner's backoff between attempts (its jitter and growth; the route's `max_wait`
 # bounds a server's wait instead).
 _BACKOFF = RetryPolicy(attempts=11, base_delay=0.25, max_delay=8.0)
@@ -99,29 +120,48 @@ def _json(body: bytes) -> object:
 
 class _Retry(Exception):
     """This attempt's answer was refused for a transient reason, unseen: try again (`why`:
-    a short kind, for the flow's record of the attempt)."""
+    a short kind, for the flow's record of the attempt; `trouble`: which attempt comes
+    next, `failover.FailoverPlan`)."""
 
-    def __init__(self, why: str, wait: float | None = None) -> None:
+    def __init__(self, why: str, wait: float | None = None, trouble: Trouble = "once") -> None:
         super().__init__(why)
         self.why = why
         self.wait = wait
+        self.trouble = trouble
 
 
-def retryable(x: ProxyExchange, transient: bool = True, wait: float | None = None) -> bool:
-    """The one retry rule: a protocol request, its route's retries not spent, a `transient`
-    failure, a server's `wait` (None: none asked) within the route's `max_wait`, and nothing
-    of this answer seen by the client. A head already `committed` does not stop it while it
-    carried only keep-alives (`x.seen` says content went); after it, a failure ends the open
-    stream in-band (`Responder.refuse_in_stream`) instead of a second head."""
+def retryable(
+    x: ProxyExchange,
+    transient: bool = True,
+    wait: float | None = None,
+    trouble: Trouble = "once",
+) -> bool:
+    """The one retry rule: a protocol request, a `transient` failure, nothing of this answer
+    seen by the client, an attempt left in the route's failover plan for this `trouble` (a
+    server's `wait` beyond the route's `max_wait` never delays the same upstream: the next
+    one then, or none), and the route's deadline not reached by the time it would start. A
+    head already `committed` does not stop it while it carried only keep-alives (`x.seen`
+    says content went); after it, a failure ends the open stream in-band
+    (`Responder.refuse_in_stream`) instead of a second head."""
     assert x.route is not None
-    retries = x.route.settings.retries
-    return (
-        transient
-        and x.gateway is not None
-        and x.attempt < retries.attempts
-        and not x.seen
-        and (wait is None or wait <= retries.max_wait)
-    )
+    if not transient or x.gateway is None or x.seen or x.plan is None:
+        return False
+    if wait is not None and wait > x.route.settings.retries.max_wait:
+        trouble = "wait_too_long"
+    step = x.plan.peek(trouble)
+    if step is None:
+        return False
+    pause = _pause_before(step, x, wait)
+    return time.monotonic() + pause < x.deadline_at
+
+
+def _pause_before(step: Step, x: ProxyExchange, wait: float | None) -> float:
+    """The wait before `step`: the back-off (or the server's longer wait) before trying the
+    same upstream again; none before another upstream."""
+    if not step.same:
+        return 0.0
+    pause = _BACKOFF.backoff(step.tries)
+    return pause if wait is None else max(pause, wait)
 
 
 def mode(x: ProxyExchange, status: int) -> Mode:
@@ -143,32 +183,108 @@ def _responder(x: ProxyExchange) -> Responder:
 
 
 async def attempts(x: ProxyExchange, shared: Shared) -> web.StreamResponse:
-    """Each attempt in turn, while the retry rule allows one more; the answer written."""
+    """Each attempt in turn, as the route's failover plan orders them, while the retry rule
+    allows one more; the answer written."""
     assert x.route is not None
     route, flow, respond = x.route, x.flow, _responder(x)
-    retries = route.settings.retries
+    plan = x.plan = FailoverPlan(route.settings, flow.request_model)
+    x.deadline_at = flow.started + route.settings.gating.deadline
+    x.last_sent = flow.started
     x.attempt = 0
+    step = plan.first
     while True:
-        upstream = route.upstreams[x.attempt % len(route.upstreams)]
-        x.upstream, x.status, x.answer, x.refusal, x.seen = upstream, None, None, None, False
+        upstream = route.upstreams[step.index]
+        x.upstream, x.model = upstream, step.model
+        x.status, x.answer, x.refusal, x.seen = None, None, None, False
         flow.retries = x.attempt
         if upstream.index:
             flow.fallbacks += 1
         try:
             answer = await _attempt(x, shared, upstream)
         except _Retry as retry:
+            trouble = retry.trouble
+            if retry.wait is not None and retry.wait > route.settings.retries.max_wait:
+                trouble = "wait_too_long"
+            following = plan.next(trouble)
+            assert following is not None  # `retryable` said there is one
             x.attempt += 1
-            wait = _BACKOFF.backoff(x.attempt)
-            if retry.wait is not None:
-                wait = max(wait, retry.wait)
-            await asyncio.sleep(wait)
+            pause = min(_pause_before(following, x, retry.wait), x.deadline_at - time.monotonic())
+            await _paced(x, asyncio.sleep(max(0.0, pause)))
+            step = following
             continue
-        flow.retries_exhausted = (
-            retries.attempts > 0 and x.attempt >= retries.attempts and failed_as_retried(flow)
-        )
+        flow.retries_exhausted = x.attempt > 0 and failed_as_retried(flow)
         if respond.response is not None and answer is not respond.response:
             return await respond.refuse_in_stream(x.gateway, x.refusal)
         return answer
+
+
+# --- keep-alives while the client waits on a retry -------------------------------------------
+
+
+def _paces(x: ProxyExchange) -> tuple[Framing, float] | None:
+    """The framing whose keep-alives go out, and how often, while the proxy waits on an
+    opening or between attempts (None: it sends none): a streaming protocol request that
+    may be retried (or whose whole answer is held), on a wire that has keep-alives."""
+    assert x.route is not None
+    gating = x.route.settings.gating
+    if x.gateway is None or x.target is None or x.parsed is None or x.seen:
+        return None
+    if not gates(x.gateway, x.parsed, 200, x.target):
+        return None
+    if gating.hold != "all" and (x.plan is None or x.plan.peek("once") is None):
+        return None
+    framing = framing_for(x.target.framing, x.gateway)
+    if framing.keepalive() is None:
+        return None
+    return framing, gating.keepalive_interval
+
+
+async def _paced(x: ProxyExchange, waiting: Awaitable[T]) -> T:
+    """`waiting` awaited in this task; meanwhile, for a client that may wait long
+    (`_paces`), the protocol's keep-alive whenever nothing was sent for the keep-alive
+    interval (the first commits a 200 head: every later failure then ends the stream
+    in-band). A timer starts each keep-alive's write; none is cut short."""
+    paces = _paces(x)
+    if paces is None:
+        return await waiting
+    framing, interval = paces
+    loop = asyncio.get_running_loop()
+    writes: list[asyncio.Task[None]] = []
+    handle: asyncio.TimerHandle | None = None
+
+    def due() -> float:
+        return loop.time() + max(0.0, x.last_sent + interval - time.monotonic())
+
+    def fire() -> None:
+        nonlocal handle
+        if not writes or writes[-1].done():  # one write at a time
+            writes.append(loop.create_task(_keep_alive(x, framing)))
+            x.last_sent = time.monotonic()
+        handle = loop.call_at(due(), fire)
+
+    handle = loop.call_at(due(), fire)
+    try:
+        return await waiting
+    finally:
+        handle.cancel()
+        for write in writes:
+            with contextlib.suppress(Exception):
+                await write
+
+
+async def _keep_alive(x: ProxyExchange, framing: Framing) -> None:
+    """One keep-alive to the client (its head first, when none went yet)."""
+    respond = _responder(x)
+    keepalive = framing.keepalive()
+    assert keepalive is not None
+    try:
+        if not respond.committed:
+            head = {"content-type": framing.media_type, "cache-control": "no-cache"}
+            await respond.commit(200, head)
+            x.flow.status = 200
+        await respond.write(keepalive)
+    except ConnectionError:  # the client left: the exchange notices on its next write
+        respond.abort()
 
 
 def failed_as_retried(flow: Flow) -> bool:
@@ -188,7 +304,7 @@ async def _attempt(
 ) -> web.StreamResponse:
     """One attempt, kept on the flow and told to the tracer."""
     flow = x.flow
-    started = time.monotonic()  # observers' clock (`Flow`): uvloop's loop time is in ms
+    started = x.attempt_started = time.monotonic()  # observers' clock (`Flow`): not uvloop's
     number = x.attempt + 1
     trace = x.trace.attempt(number, upstream.name, upstream.index > 0)
     why: str | None = None
@@ -224,11 +340,17 @@ async def _send(
 ) -> web.StreamResponse:
     assert x.route is not None
     flow, request, respond = x.flow, x.request, _responder(x)
-    response = await _open(x, shared, upstream, _trace_headers(trace))
+    limit = _opening_limit(x)
+    try:
+        async with asyncio.timeout(limit):
+            response = await _paced(x, _open(x, shared, upstream, _trace_headers(trace)))
+    except TimeoutError:
+        response = 504, f"the upstream sent no answer within {limit:g} s"
     if isinstance(response, tuple):
         status, reason = response
-        if retryable(x):
-            raise _Retry("no_answer")
+        trouble: Trouble = "silence" if status == 504 else "once"
+        if retryable(x, trouble=trouble):
+            raise _Retry("no_answer", trouble=trouble)
         return _fail(x, shared, status, reason)
     x.status = response.status
     try:
@@ -287,6 +409,15 @@ async def _send(
             flow.exchange = None
 
 
+def _opening_limit(x: ProxyExchange) -> float:
+    """The longest wait for an answer's head: the route's first-byte timeout (else its
+    silence limit), within what is left of its deadline."""
+    assert x.route is not None
+    gating = x.route.settings.gating
+    limit = gating.first_byte_timeout or gating.idle_timeout
+    return max(0.001, min(limit, x.deadline_at - time.monotonic()))
+
+
 def _trace_headers(trace: AttemptTrace) -> Mapping[str, str]:
     try:
         return trace.headers()
@@ -305,8 +436,8 @@ async def _open(
     assert x.speaker is not None
     request = x.request
     path, body = x.flow.upstream_path, x.body.raw
-    if upstream.model is not None and x.gateway is not None and x.parsed is not None:
-        path, rewritten = x.gateway.with_model(path, x.parsed, upstream.model)
+    if x.model is not None and x.gateway is not None and x.parsed is not None:
+        path, rewritten = x.gateway.with_model(path, x.parsed, x.model)
         body = json.dumps(rewritten).encode()
     # Per attempt: this upstream's held key replaces the client's credentials (a `key=`
     # in the query too); the client token never goes, whichever upstream this is.
@@ -374,18 +505,23 @@ async def _error_status(
     flow.outcome = "forwarded"
     max_wait = x.route.settings.retries.max_wait
     wait = standard_wait(response.headers, time.time())
-    if retryable(x, True, wait):
+    if _may_retry(x):
         body = await _capped(x, response)
         if body is not None:
             failure = x.entry.classify_error(status, _json(body), response.headers)
-            if retryable(x, failure.retryable, failure.retry_after):
-                raise _Retry("status", failure.retry_after)
+            if failure.kind is FailureKind.CONTEXT_WINDOW:
+                if retryable(x, trouble="context_window"):
+                    raise _Retry("context_window", trouble="context_window")
+            elif retryable(x, failure.retryable, failure.retry_after):
+                raise _Retry(f"status_{status}", failure.retry_after)
             wait = failure.retry_after
         if wait is None or wait <= max_wait:
             if body is None:
                 return _fail(x, shared, 502, "the upstream's error body broke off")
             if respond.committed:
                 return _late_status(x, shared, response, status, body)
+            if spent:
+                headers = _dont_retry(headers)
             return error_status(status, body, headers)
     if wait is not None and wait > max_wait:
         answer, x.refusal = too_long_a_wait(flow, x.speaker, status, headers, wait, max_wait)
@@ -393,9 +529,23 @@ async def _error_status(
     if respond.committed:
         return _late_status(x, shared, response, status, await _capped(x, response))
     if spent:
-        headers = headers.copy()
-        headers[DONT_RETRY[0]] = DONT_RETRY[1]  # in place of any case of it
+        headers = _dont_retry(headers)
     return await respond.passed(response, status, headers, True, x.route.client_redactor)
+
+
+def _may_retry(x: ProxyExchange) -> bool:
+    """Whether any retry could follow this attempt (its error body is then read first)."""
+    if x.gateway is None or x.seen or x.plan is None:
+        return False
+    troubles: tuple[Trouble, ...] = ("once", "silence", "wait_too_long", "context_window")
+    return any(x.plan.peek(trouble) is not None for trouble in troubles)
+
+
+def _dont_retry(headers: CIMultiDict[str]) -> CIMultiDict[str]:
+    """The final answer after spent retries: the client's own retries would multiply them."""
+    headers = headers.copy()
+    headers[DONT_RETRY[0]] = DONT_RETRY[1]  # in place of any case of it
+    return headers
 
 
 def _late_status(
@@ -440,7 +590,8 @@ async def _gate(
     assert x.parsed is not None
     assert x.route is not None
     flow, respond = x.flow, _responder(x)
-    can_retry = retryable(x)
+    gating = x.route.settings.gating
+    can_retry = retryable(x) or retryable(x, trouble="silence")
     # Redacted before it is judged: the client reads what the gate judged. Unless it is
     # recorded (a tap reads it), the engine reads it in its own task, its one timer
     # bounding the silence (`engine.ResumableBody`).
@@ -461,22 +612,24 @@ async def _gate(
         tools=tools,
         hold_preamble=can_retry,
         framing=x.target.framing if x.target is not None else "sse",  # the wire's
+        first_content_by=_first_content_by(x, gating.first_byte_timeout),
     )
-    response = None if can_retry else await respond.commit(flow.status, headers)
+    held = can_retry or gating.hold == "all"
+    response = None if held else await respond.commit(flow.status, headers)
     pieces = aiter(stream)
     left = False
     try:
         async for piece in pieces:
             x.seen = stream.sent_content
             outcome = stream.outcome
-            if (
-                isinstance(outcome, Refused)
-                and can_retry
-                and retryable(x, outcome.refusal.transient)
-            ):
-                flow.judged(outcome)
-                flow.incomplete = True
-                raise _Retry(outcome.refusal.kind)  # the refusal frame is not sent: unseen
+            if isinstance(outcome, Refused) and can_retry:
+                refusal = outcome.refusal
+                trouble: Trouble = "silence" if refusal.kind in _SILENCE else "once"
+                if retryable(x, _again(x, outcome), trouble=trouble):
+                    flow.judged(outcome)
+                    flow.incomplete = True
+                    raise _Retry(refusal.kind, trouble=trouble)  # its frame is not sent
+            x.last_sent = time.monotonic()
             if response is None:
                 response = await respond.commit(flow.status, headers)
             await respond.write(piece)
@@ -490,6 +643,25 @@ async def _gate(
     if response is None:  # an empty body judged (accepted or refused): its head now
         await respond.commit(flow.status, headers)
     return await respond.end()
+
+
+def _again(x: ProxyExchange, outcome: Refused) -> bool:
+    """Whether a refused answer may be tried again: a transient refusal, or, on a route that
+    holds the whole answer, any refusal but a final one (`_FINAL_KINDS`)."""
+    assert x.route is not None
+    refusal = outcome.refusal
+    if refusal.transient:
+        return True
+    return x.route.settings.gating.hold == "all" and refusal.kind not in _FINAL_KINDS
+
+
+def _first_content_by(x: ProxyExchange, limit: float | None) -> float | None:
+    """When this attempt's first content must have come (the loop's clock), or None."""
+    if limit is None:
+        return None
+    started = x.attempt_started
+    left = limit - (time.monotonic() - started)
+    return asyncio.get_running_loop().time() + max(0.0, left)
 
 
 async def _whole(
@@ -536,7 +708,7 @@ async def _whole(
     )
     verdict = await asyncio.to_thread(judge) if len(body) > OFFLOAD_BYTES else judge()
     outcome = verdict.outcome
-    if isinstance(outcome, Refused) and retryable(x, outcome.refusal.transient):
+    if isinstance(outcome, Refused) and retryable(x, _again(x, outcome)):
         raise _Retry(outcome.refusal.kind)
     flow.judged(outcome)
     flow.status = verdict.status

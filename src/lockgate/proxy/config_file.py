@@ -19,6 +19,7 @@ from .access import host_name_problem
 from .engine import HOLDS, GatingOptions, Hold
 from .settings import (
     KEY_HEADERS,
+    MAX_RETRIES,
     WEBSOCKET_MODES,
     AwsSigning,
     ConfigError,
@@ -67,12 +68,13 @@ class _Reader:
         where = f"{node.path}: " if node.path else ""
         return ConfigError(f"{self.source}:{node.line}: {where}{message}")
 
-    def mapping(self, node: _Node, known: Sequence[str]) -> dict[str, _Node]:
+    def mapping(self, node: _Node, known: Sequence[str] | None) -> dict[str, _Node]:
+        """A mapping whose keys are `known` (None: any key)."""
         if not isinstance(node.value, dict):
             raise self.error(node, "must be a mapping")
         entries: dict[str, _Node] = node.value
         for key, child in entries.items():
-            if key not in known:
+            if known is not None and key not in known:
                 raise self.error(child, f"unknown key (known: {', '.join(known)})")
         return entries
 
@@ -204,11 +206,13 @@ _ROUTE = (
     "limits",
     "retries",
     "fallbacks",
+    "context_fallbacks",
     "websocket",
+    "first_byte_timeout",
 )
 _LIMITS = tuple(GateLimits.__dataclass_fields__)
 _KEY = ("env", "file", "header")
-_FALLBACK = ("upstream", "key", "aws", "model")
+_FALLBACK = ("upstream", "key", "aws", "model", "models", "retries")
 _AWS = ("region", "profile")
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z0-9]+)+-[0-9]+")
 
@@ -302,8 +306,11 @@ def _secret(reader: _Reader, node: _Node, *, with_header: bool) -> tuple[SecretS
     return SecretSource(file=Path(file)), header
 
 
-def _upstream(reader: _Reader, entries: Mapping[str, _Node]) -> UpstreamSettings:
-    """A route's upstream or one of its fall-backs: `upstream`, `key` or `aws`, `model`."""
+def _upstream(
+    reader: _Reader, entries: Mapping[str, _Node], *, fallback: bool = False
+) -> UpstreamSettings:
+    """A route's upstream or one of its fall-backs: `upstream`, `key` or `aws`, `model`; a
+    fall-back's `models` and `retries`."""
     key: SecretSource | None = None
     header: KeyHeader = "auto"
     if "key" in entries:
@@ -316,7 +323,19 @@ def _upstream(reader: _Reader, entries: Mapping[str, _Node]) -> UpstreamSettings
     url = reader.string(entries["upstream"])
     reader.check(entries["upstream"], upstream_problem(url))
     model = reader.string(entries["model"]) if "model" in entries else None
-    return UpstreamSettings(url, key, header, model, aws)
+    if not fallback:
+        return UpstreamSettings(url, key, header, model, aws)
+    retries = reader.whole(entries["retries"], 0, MAX_RETRIES) if "retries" in entries else None
+    models: list[tuple[str, str]] = []
+    if "models" in entries:
+        if model is not None:
+            raise reader.error(entries["models"], "give model or models, not both")
+        given = reader.mapping(entries["models"], None)
+        for requested, node in given.items():
+            models.append((requested, reader.string(node)))
+        if not models:
+            raise reader.error(entries["models"], "name at least one model (or `*`)")
+    return UpstreamSettings(url, key, header, model, aws, retries, tuple(models))
 
 
 def _aws(reader: _Reader, node: _Node) -> AwsSigning:
@@ -364,25 +383,30 @@ def _route(reader: _Reader, node: _Node, count: int) -> RouteSettings:
             retries = replace(retries, attempts=reader.whole(given["attempts"], 0, 10))
         if "max_wait" in given:
             retries = replace(retries, max_wait=reader.seconds(given["max_wait"], positive=False))
-    fallbacks: list[UpstreamSettings] = []
-    if "fallbacks" in entries:
-        for item in reader.sequence(entries["fallbacks"]):
-            fields = reader.mapping(item, _FALLBACK)
-            if "upstream" not in fields:
-                raise reader.error(item, "upstream is required")
-            fallbacks.append(_upstream(reader, fields))
-        if fallbacks and not retries.attempts:
-            raise reader.error(
-                entries["fallbacks"],
-                "a fall-back is only tried by a retry: set retries.attempts to 1 or more",
-            )
+    fallbacks = _fallbacks(reader, entries, "fallbacks")
+    context_fallbacks = _fallbacks(reader, entries, "context_fallbacks")
     websocket: WebSocketMode = "relay"
     if "websocket" in entries:
         given_mode = reader.string(entries["websocket"])
         if given_mode not in WEBSOCKET_MODES:
             raise reader.error(entries["websocket"], f"must be one of {', '.join(WEBSOCKET_MODES)}")
         websocket = "refuse" if given_mode == "refuse" else "relay"
-    return RouteSettings(name, prefix, upstream, gating, retries, tuple(fallbacks), websocket)
+    return RouteSettings(
+        name, prefix, upstream, gating, retries, fallbacks, websocket, context_fallbacks
+    )
+
+
+def _fallbacks(
+    reader: _Reader, entries: Mapping[str, _Node], name: str
+) -> tuple[UpstreamSettings, ...]:
+    """A route's `fallbacks` or `context_fallbacks`: upstreams of the same protocol."""
+    found: list[UpstreamSettings] = []
+    for item in reader.sequence(entries[name]) if name in entries else ():
+        fields = reader.mapping(item, _FALLBACK)
+        if "upstream" not in fields:
+            raise reader.error(item, "upstream is required")
+        found.append(_upstream(reader, fields, fallback=True))
+    return tuple(found)
 
 
 def _gating(reader: _Reader, entries: Mapping[str, _Node]) -> GatingOptions:
@@ -396,6 +420,7 @@ def _gating(reader: _Reader, entries: Mapping[str, _Node]) -> GatingOptions:
         options["validate_schemas"] = reader.boolean(entries["validate_schemas"])
     readers: dict[str, tuple[str, Callable[[_Node], object]]] = {
         "idle_timeout": ("idle_timeout", reader.seconds),
+        "first_byte_timeout": ("first_byte_timeout", reader.seconds),
         "deadline": ("deadline", reader.seconds),
         "keepalive": ("keepalive_interval", reader.seconds),
         "max_held_bytes": ("max_held_bytes", lambda node: reader.whole(node, 1)),

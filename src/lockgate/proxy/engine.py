@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import (
     AsyncIterable,
@@ -183,6 +184,7 @@ class GatingStream:
         tools: Sequence[ToolSpec] | None = None,
         hold_preamble: bool = False,
         framing: str = "sse",
+        first_content_by: float | None = None,
     ) -> None:
         self.gateway: Gateway = _gateway(entry)
         self.options = options or GatingOptions()
@@ -200,6 +202,9 @@ class GatingStream:
         self._budget = budget
         self._hold_preamble = hold_preamble
         self._framing = framing  # the wire's (`framing.FRAMINGS`)
+        # The first content (a text, a call) must come by then (loop time; None: no limit
+        # apart from the silence limit): `GatingOptions.first_byte_timeout`.
+        self._first_content_by = first_content_by
         self._used = False
         self._judge: _Judge | None = None
         self.first_read_at: float | None = None  # the upstream's first bytes (loop time)
@@ -247,7 +252,11 @@ class GatingStream:
         iterator = None if resumable is not None else aiter(upstream)
         interval = options.keepalive_interval
         idle = options.idle_timeout
-        timer = _ReadTimer(loop, idle, deadline_at, interval)
+        first_by = self._first_content_by
+        timer = _ReadTimer(
+            loop, idle, deadline_at, interval, math.inf if first_by is None else first_by
+        )
+        waiting_first = first_by is not None
         read: asyncio.Future[bytes | None] | None = None
         last_sent = clock()
         closed = False
@@ -258,7 +267,7 @@ class GatingStream:
                     chunk: bytes | None = None
                     if resumable is not None or not judge.holding:
                         # In this task, the one timer watching (see the module docstring).
-                        timer.reading(judge.holding, last_sent, resumed=woken)
+                        timer.reading(judge.withholding, last_sent, resumed=woken)
                         woken = False
                         try:
                             if resumable is not None:
@@ -271,6 +280,8 @@ class GatingStream:
                             if why is None:
                                 raise
                             if why == _EXPIRED:
+                                if timer.expired_by_first_byte():
+                                    raise self._no_first_content() from None
                                 raise self._expired(timer.expired_by_deadline()) from None
                             woken = True
                         except Exception as exc:
@@ -289,16 +300,20 @@ class GatingStream:
                         assert iterator is not None
                         read_from = clock()
                         read = asyncio.ensure_future(_next(iterator))
+                        first = first_by if waiting_first and first_by is not None else math.inf
                         while True:
                             now = clock()
-                            wake = min(read_from + idle, deadline_at, last_sent + interval)
+                            expiry = min(read_from + idle, deadline_at, first)
+                            wake = min(expiry, last_sent + interval)
                             done, _ = await asyncio.wait((read,), timeout=max(0.0, wake - now))
                             if done:
                                 break
                             now = clock()
-                            if now >= read_from + idle or now >= deadline_at:
+                            if now >= expiry:
                                 await _settle(read)
                                 read = None
+                                if now >= first and first < min(read_from + idle, deadline_at):
+                                    raise self._no_first_content()
                                 raise self._expired(now >= deadline_at)
                             if now >= last_sent + interval:
                                 if keepalive is not None:
@@ -319,13 +334,16 @@ class GatingStream:
                         judge.take(chunk)
                     except Exception as exc:  # ResponseFailure, or a bug to report as one
                         failure = exc
+                    if waiting_first and judge.gate.content_started:
+                        waiting_first = False
+                        timer.content_came()
                     data = judge.drain()
                     if data:
                         yield data
                         last_sent = clock()
                     if failure is not None:
                         raise failure
-                    if judge.holding and clock() >= last_sent + interval:
+                    if judge.withholding and clock() >= last_sent + interval:
                         if keepalive is not None:
                             yield keepalive
                         last_sent = clock()
@@ -374,6 +392,13 @@ class GatingStream:
         return ResponseFailure(
             FailureKind.IDLE_TIMEOUT,
             f"no bytes for {self.options.idle_timeout:g} s; connection closed",
+        )
+
+    def _no_first_content(self) -> ResponseFailure:
+        limit = self.options.first_byte_timeout
+        return ResponseFailure(
+            FailureKind.IDLE_TIMEOUT,
+            f"no content within the {limit:g} s first-byte timeout; connection closed",
         )
 
     async def _close(self, iterator: AsyncIterator[bytes] | None, *, quietly: bool) -> None:

@@ -9,6 +9,7 @@ no answer is built here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,6 +20,7 @@ from multidict import CIMultiDict
 from ..gateway import Gateway, ProtocolTarget, Refusal
 from ..providers.base import Provider
 from ..telemetry import NO_TRACING, RequestTrace
+from .failover import FailoverPlan
 from .flow import Flow
 from .respond import Responder
 from .upstream import RouteRuntime, UpstreamRuntime
@@ -73,7 +75,12 @@ class ProxyExchange:
     trace: RequestTrace = _UNTRACED  # the tracer's record of this request
     # --- the attempts (`attempt.py`) ------------------------------------------------------
     attempt: int = 0  # attempts upstream before this one
+    plan: FailoverPlan | None = None  # the route's failover plan for this request
+    deadline_at: float = math.inf  # the route's deadline over every attempt (monotonic)
     upstream: UpstreamRuntime | None = None  # this attempt's
+    model: str | None = None  # the model this attempt sends in place of the request's
+    attempt_started: float = 0.0  # when this attempt began (monotonic)
+    last_sent: float = 0.0  # when the proxy last wrote to the client while it waited
     status: int | None = None  # this attempt's upstream status (None: no answer)
     answer: Answer | None = None  # this attempt's answer head, sorted (None: not yet)
     seen: bool = False  # content of this attempt's answer reached the client: no retry

@@ -57,8 +57,11 @@ DEFAULT_MAX_HELD_BYTES = 64 * 1024 * 1024
 # only the finish and the terminal (`terminal`: calls stream live, for clients that act only
 # on the terminal and want argument progress; a client that acts on arguments before the
 # stream ends is then unprotected).
-Hold = Literal["tools", "terminal"]
-HOLDS: tuple[Hold, ...] = ("tools", "terminal")
+# What a stream holds: from its first tool call (`tools`), only its finish (`terminal`), or
+# everything until it is judged complete and valid (`all`: nothing but keep-alives reaches
+# the client before, so any refusal can be retried unseen).
+Hold = Literal["tools", "terminal", "all"]
+HOLDS: tuple[Hold, ...] = ("tools", "terminal", "all")
 MAX_MESSAGE_CHARS = 2000  # of the reason a refusal states
 # The held bytes of an accepted stream go out in pieces this large (one write each).
 RELEASE_SLICE_BYTES = 256 * 1024
@@ -93,10 +96,15 @@ class GatingOptions:
     validate_schemas: bool = True
     hold: Hold = "tools"
     max_held_bytes: int = 0  # 0: DEFAULT_MAX_HELD_BYTES
+    # The longest wait for an answer's head and then its first content (a text or a call),
+    # from the attempt's start, apart from the silence limit (None: the silence limit).
+    first_byte_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.hold not in HOLDS:
             raise ValueError(f"hold must be one of {', '.join(HOLDS)}")
+        if self.first_byte_timeout is not None:
+            check_timeout(self.first_byte_timeout, "first_byte_timeout")
         check_timeout(self.idle_timeout, "idle_timeout")
         check_timeout(self.deadline, "deadline")
         check_timeout(self.keepalive_interval, "keepalive_interval")
@@ -230,6 +238,7 @@ class _Judge:
         "held",
         "held_bytes",
         "held_from",
+        "hold_all",
         "holding",
         "last",
         "max_held",
@@ -254,6 +263,7 @@ class _Judge:
     ) -> None:
         self.gateway = gateway
         self.terminal_only = hold == "terminal"
+        self.hold_all = hold == "all"
         self.max_held = max_held or DEFAULT_MAX_HELD_BYTES
         self.held_bytes = 0
         self.budget = budget  # shared by every stream of the process, if any
@@ -276,6 +286,12 @@ class _Judge:
         self.preamble: list[bytes] | None = [] if hold_preamble else None
         self.sent_content = False  # an event (not a keep-alive) was given to send
         self.held_from: float | None = None  # when holding began
+
+    @property
+    def withholding(self) -> bool:
+        """Whether the client is waiting on something held (frames, the start kept for a
+        retry, or everything with `hold: all`): its keep-alives are due."""
+        return self.holding or self.hold_all or self.preamble is not None
 
     def drain(self) -> bytes:
         out = self.out
@@ -343,7 +359,7 @@ class _Judge:
                     if keepalive is not None:
                         self.out.append(keepalive)
                 continue  # `id:`, `retry:`, fields no reader agrees on: dropped
-            hold = self.holding
+            hold = self.holding or self.hold_all
             unreadable = gateway.unreadable_action(event)
             if unreadable is not None:
                 raise ResponseFailure(FailureKind.UNSUPPORTED_OUTPUT, unreadable)

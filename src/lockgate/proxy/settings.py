@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_MAX_STREAMS",
     "KEY_HEADERS",
+    "MAX_RETRIES",
     "MAX_SECRET_FILE_BYTES",
     "WEBSOCKET_MODES",
     "AwsSigning",
@@ -63,6 +64,7 @@ DEFAULT_HEAD_TIMEOUT = 30.0  # beyond the keep-alive of every client pool measur
 # (transient) and the others go on.
 DEFAULT_MAX_HELD_BYTES = 256 * 1024 * 1024
 MAX_SECRET_FILE_BYTES = 64 * 1024
+MAX_RETRIES = 10  # tries again on one upstream
 
 
 class ConfigError(Exception):
@@ -140,10 +142,33 @@ class UpstreamSettings:
     key_header: KeyHeader = "auto"
     model: str | None = None
     aws: AwsSigning | None = None
+    # Tries again on this upstream after a one-off failure before the next is tried (None:
+    # the route's `retries.attempts`).
+    retries: int | None = None
+    # A fall-back per model: the request's model → the model sent here (`*`: any other).
+    # A request whose model is not in it skips this upstream. Empty: every request, its
+    # model replaced by `model` when one is set.
+    models: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.key is not None and self.aws is not None:
             raise ValueError("an upstream holds a key or signs with aws, not both")
+        if self.retries is not None and not 0 <= self.retries <= MAX_RETRIES:
+            raise ValueError(f"retries must be between 0 and {MAX_RETRIES}")
+        if self.models and self.model is not None:
+            raise ValueError("an upstream names one model or a models map, not both")
+
+    def model_for(self, requested: str | None) -> tuple[bool, str | None]:
+        """Whether this upstream takes a request for `requested`, and the model it is sent
+        with (None: the request's own)."""
+        if not self.models:
+            return True, self.model
+        mapped = dict(self.models)
+        if requested is not None and requested in mapped:
+            return True, mapped[requested]
+        if "*" in mapped:
+            return True, mapped["*"]
+        return False, None
 
     @property
     def holds_credentials(self) -> bool:
@@ -154,10 +179,13 @@ class UpstreamSettings:
 @dataclass(frozen=True, slots=True)
 class RouteRetries:
     """What a route retries: a response refused for a transient reason (429, 5xx or a reset
-    at opening; a reset, cut or silence; a transient provider error) while nothing of it has
-    reached the client, up to `attempts` more times (each fall-back upstream counts one),
-    waiting the server's `retry-after` up to `max_wait` seconds (longer: not retried, and the
-    client is told not to retry either)."""
+    at opening; a reset, cut or silence; a transient provider error; with `hold: all`, any
+    refusal but the provider's own) while nothing of it has reached the client. A one-off
+    failure is tried again on the same upstream, up to `attempts` more times (a fall-back:
+    its own `retries`, else these), then the next upstream; silence moves to the next at
+    once. A server's `retry-after` delays only a retry on the upstream that sent it, up to
+    `max_wait` seconds (longer: the next upstream, or, with none, not retried, and the
+    client is told not to retry either). The route's deadline bounds every attempt."""
 
     attempts: int = 0
     max_wait: float = 60.0  # the retry owner's own bound (`retry.RetryPolicy.max_delay`)
@@ -176,6 +204,14 @@ class RouteSettings:
     retries: RouteRetries = field(default_factory=RouteRetries)
     fallbacks: tuple[UpstreamSettings, ...] = ()
     websocket: WebSocketMode = "relay"
+    # Where a request over its model's context window goes (a 400 that says so): these in
+    # turn, never the same upstream at the same size again. Empty: the 400 is the answer.
+    context_fallbacks: tuple[UpstreamSettings, ...] = ()
+
+    @property
+    def upstreams(self) -> tuple[UpstreamSettings, ...]:
+        """Every upstream of the route: its own, its fall-backs, its context fall-backs."""
+        return (self.upstream, *self.fallbacks, *self.context_fallbacks)
 
     def strip(self, path: str) -> str | None:
         """The path to forward (the prefix removed), or None when the route does not serve
@@ -242,9 +278,7 @@ class ProxySettings:
     @property
     def holds_keys(self) -> bool:
         return any(
-            upstream.holds_credentials
-            for route in self.routes
-            for upstream in (route.upstream, *route.fallbacks)
+            upstream.holds_credentials for route in self.routes for upstream in route.upstreams
         )
 
 
@@ -355,13 +389,21 @@ def resolve_secrets(
     for route in settings.routes:
         upstreams = [
             replace(upstream, key=read(upstream.key, f"route {route.name}: key"))
-            for upstream in (route.upstream, *route.fallbacks)
+            for upstream in route.upstreams
         ]
-        routes.append(replace(route, upstream=upstreams[0], fallbacks=tuple(upstreams[1:])))
+        ordinary = 1 + len(route.fallbacks)
+        routes.append(
+            replace(
+                route,
+                upstream=upstreams[0],
+                fallbacks=tuple(upstreams[1:ordinary]),
+                context_fallbacks=tuple(upstreams[ordinary:]),
+            )
+        )
     token = read(settings.client_token, "client_token")
     if token is not None and token.value is not None:
         for route in routes:
-            for upstream in (route.upstream, *route.fallbacks):
+            for upstream in route.upstreams:
                 key = upstream.key.value if upstream.key is not None else None
                 if key is not None and same_secret(token.value, key):
                     raise ConfigError(f"client_token: {_TOKEN_IS_KEY} {route.name} holds")

@@ -28,6 +28,7 @@ class _ReadTimer:
         "_armed_for",
         "_baseline",
         "_deadline_at",
+        "_first_by",
         "_handle",
         "_idle",
         "_interval",
@@ -41,11 +42,17 @@ class _ReadTimer:
     )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, idle: float, deadline_at: float, interval: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        idle: float,
+        deadline_at: float,
+        interval: float,
+        first_by: float = math.inf,
     ) -> None:
         self._loop = loop
         self._idle = idle
         self._deadline_at = deadline_at
+        self._first_by = first_by  # the first content's limit (loop time), until it came
         self._interval = interval
         self._handle: asyncio.TimerHandle | None = None
         self._armed_for = math.inf
@@ -85,8 +92,15 @@ class _ReadTimer:
             return None
         return fired if self._task.uncancel() <= self._baseline else None
 
+    def content_came(self) -> None:
+        """The first content came: the first-byte limit no longer applies."""
+        self._first_by = math.inf
+
+    def _expiry(self) -> float:
+        return min(self._read_from + self._idle, self._deadline_at, self._first_by)
+
     def _due(self) -> float:
-        return min(self._read_from + self._idle, self._deadline_at, self._keepalive_at)
+        return min(self._expiry(), self._keepalive_at)
 
     def _fire(self) -> None:
         self._handle = None
@@ -98,7 +112,7 @@ class _ReadTimer:
             self._handle = self._loop.call_at(due, self._fire)
             return
         self._armed_for = math.inf
-        expiry = min(self._read_from + self._idle, self._deadline_at)
+        expiry = self._expiry()
         self.fired = _KEEPALIVE if self._keepalive_at < expiry else _EXPIRED
         self._waited = self._loop.time() - self._read_from
         if self._task is not None:
@@ -106,7 +120,11 @@ class _ReadTimer:
 
     def expired_by_deadline(self) -> bool:
         """Whether the deadline, not the silence limit, ended the last read."""
-        return self._deadline_at <= self._read_from + self._idle
+        return self._deadline_at <= min(self._read_from + self._idle, self._first_by)
+
+    def expired_by_first_byte(self) -> bool:
+        """Whether the first-byte limit, not the silence limit, ended the last read."""
+        return self._first_by < min(self._read_from + self._idle, self._deadline_at)
 
     def stop(self) -> None:
         self._reading = False

@@ -323,7 +323,7 @@ def route_runtime(route: RouteSettings, secrets: list[str]) -> RouteRuntime:
     """A route with its keys read (each added to `secrets`)."""
     upstreams: list[UpstreamRuntime] = []
     keys: list[str] = []  # every held secret of the route
-    for index, upstream in enumerate((route.upstream, *route.fallbacks)):
+    for index, upstream in enumerate(route.upstreams):
         key = upstream.key.read() if upstream.key is not None else None
         if key is not None:
             secrets.append(key)

@@ -138,6 +138,13 @@ def read_google_error(body: object) -> GoogleError:
     )
 
 
+# What Gemini says of an input over the model's window (an `INVALID_ARGUMENT`): "The input
+# token count (N) exceeds the maximum number of tokens allowed (M)."
+_OVER_WINDOW = re.compile(
+    r"input token count.*exceeds the maximum|exceeds the context window", re.I
+)
+
+
 def gemini_error_details(body: object) -> ErrorDetails:
     error = read_google_error(body)
     return ErrorDetails(
@@ -145,6 +152,8 @@ def gemini_error_details(body: object) -> ErrorDetails:
         message=error.message,
         quota_exhausted=error.terminal_quota,
         reset_wait=error.retry_delay,
+        context_exceeded=error.status in ("INVALID_ARGUMENT", "")
+        and _OVER_WINDOW.search(error.message) is not None,
     )
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 
@@ -11,6 +12,14 @@ from ...retry import ErrorDetails, classify_opening_failure, parse_go_duration
 
 # 429 has two meanings; these codes say retrying never helps (read from codes, not prose).
 QUOTA_CODES = frozenset({"insufficient_quota", "billing_hard_limit_reached", "usage_limit_reached"})
+# An input over the model's context window: OpenAI's code, and what compatible servers
+# (vLLM, llama.cpp, LiteLLM's own) say without it.
+CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_OVER_WINDOW = re.compile(
+    r"maximum context length|context length exceeded|context window|exceeds the context size"
+    r"|too many tokens in the prompt",
+    re.I,
+)
 
 
 def _reset_wait(headers: Mapping[str, str]) -> float | None:
@@ -40,6 +49,8 @@ def openai_error_details(body: object, headers: Mapping[str, str]) -> ErrorDetai
         message=message if isinstance(message, str) else "",
         quota_exhausted=code in QUOTA_CODES or kind in QUOTA_CODES,
         reset_wait=_reset_wait(headers),
+        context_exceeded=code in CONTEXT_CODES
+        or (isinstance(message, str) and _OVER_WINDOW.search(message) is not None),
     )
 
 
