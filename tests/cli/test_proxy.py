@@ -94,7 +94,7 @@ BAD = {
     ),
     ("proxy", "--upstream", "https://api.example", "--hold", "never"): (
         "lockgate proxy: error: argument --hold: invalid choice: 'never' (choose from 'tools', "
-        "'terminal') (see lockgate proxy --help)"
+        "'terminal', 'all') (see lockgate proxy --help)"
     ),
     ("proxy", "--upstream", "https://api.example", "--idle-timeout", "0"): (
         "lockgate proxy: error: argument --idle-timeout: must be a positive number of seconds "

@@ -83,6 +83,17 @@ def record_output(record: ProxyRecord, as_json: bool, redact: Redactor) -> str:
         "status": record.status,
         "duration_ms": round(record.duration * 1000, 1),
         "retries": record.retries,
+        "upstream": record.upstream or None,
+        "attempts": [
+            {
+                "upstream": attempt.upstream,
+                "fallback": attempt.fallback,
+                "status": attempt.status,
+                "retried": attempt.retried,
+                "ms": round(max(0.0, attempt.ended - attempt.started) * 1000, 1),
+            }
+            for attempt in record.attempts
+        ],
     }
     return json.dumps(redact.redact_value(value))
 
@@ -95,10 +106,16 @@ def record_line(record: ProxyRecord) -> str:
         outcome = f"withheld {record.withheld} call{plural}: {record.reason}"
     elif record.reason is not None and record.outcome != "passed":
         outcome = f"{record.outcome}: {record.reason}"
-    return (
+    line = (
         f"{record.method} {record.path} {record.protocol or '-'} {outcome} {record.status} "
         f"{record.duration * 1000:.0f} ms"
     )
+    if len(record.attempts) > 1:  # which upstream answered, and why each before was retried
+        tried = ", ".join(
+            f"{attempt.upstream} {attempt.retried}" for attempt in record.attempts[:-1]
+        )
+        line += f" (answered by {record.upstream} after {tried})"
+    return line
 
 
 def routes_line(settings: ProxySettings) -> str:

@@ -192,6 +192,7 @@ _FILE_KEYS = {
     "--validate-schemas": "routes[].validate_schemas",
     "--no-validate-schemas": "routes[].validate_schemas",
     "--idle-timeout": "routes[].idle_timeout",
+    "--first-byte-timeout": "routes[].first_byte_timeout",
     "--deadline": "routes[].deadline",
     "--keepalive": "routes[].keepalive",
     "--retries": "routes[].retries.attempts",
@@ -236,6 +237,7 @@ def _flag_settings(
     gating = GatingOptions(
         limits=GateLimits(**{name: getattr(args, name) for name in LIMIT_HELP}),
         idle_timeout=args.idle_timeout,
+        first_byte_timeout=args.first_byte_timeout,
         deadline=args.deadline,
         keepalive_interval=args.keepalive,
         validate_schemas=args.validate_schemas,

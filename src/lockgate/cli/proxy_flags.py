@@ -140,9 +140,19 @@ def _add_proxy(commands: argparse._SubParsersAction[_Parser]) -> None:
     proxy.add_argument(
         "--hold",
         action=_NotedStore,
-        choices=["tools", "terminal"],
+        choices=["tools", "terminal", "all"],
         default="tools",
-        help="hold from the first tool call (default), or only the finish (calls stream live)",
+        help="hold from the first tool call (default), only the finish (calls stream live), "
+        "or all of the answer until it is complete and valid (any refusal retried unseen)",
+    )
+    proxy.add_argument(
+        "--first-byte-timeout",
+        action=_NotedStore,
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="with --upstream: the longest wait for an answer's head and first content "
+        "before it is retried (default: the idle timeout)",
     )
     proxy.add_argument(
         "--idle-timeout",

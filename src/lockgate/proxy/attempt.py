@@ -10,20 +10,27 @@ gated (`engine.GatingStream`), judged whole (`engine.judge_whole`), every answer
   as it is (the upstream's API owns request validation) and its error passes back; a 2xx
   answer to it cannot be judged and is refused (502).
 - **Anything else** passes unchanged, its answer streamed back as it comes.
-- **Retries** (`RouteRetries`, off unless the route asks): a protocol request whose answer
-  was refused for a transient reason (a 408, 409, 429 or 5xx the provider does not call
-  final; no answer at all; a stream that broke, was cut, fell silent or reported a
-  transient error) is sent again, to the next of the route's upstreams in turn (its
-  fall-backs, then the first again), while nothing of the answer has reached the client:
-  a stream's start is held until its first content event. It waits the retry owner's
-  backoff, or the server's `retry-after` when longer; a wait beyond the route's `max_wait`
+- **Retries** (`RouteRetries`, off unless the route asks; the order of attempts is the
+  route's failover plan, `failover.FailoverPlan`): a protocol request whose answer was
+  refused for a transient reason (a 408, 409, 429 or 5xx the provider does not call final;
+  no answer at all; a stream that broke, was cut, fell silent or reported a transient
+  error; with `hold: all`, any refusal but the provider's own judgement) is sent again
+  while nothing of the answer has reached the client: a stream's start is held until its
+  first content event. A one-off failure is tried on the same upstream first, after the
+  retry owner's backoff or the server's `retry-after` when longer; silence, or a wait
+  beyond the route's `max_wait`, moves to the next upstream at once; a context-window 400
+  goes to the route's context fall-backs. With no attempt left, a wait beyond `max_wait`
   is not waited and not passed on: the client is told not to retry, the wait in the
-  message. The final answer after spent retries says `x-should-retry: false`, so that the
-  client's own retries do not multiply them. An upstream comment before the first content
-  (OpenRouter's `: OPENROUTER PROCESSING`) goes out as a keep-alive, and with it the head
-  (the exchange is `committed`): retries go on (the client saw nothing of the answer), but
-  a failure after that head (an error status, no answer, a refusal) ends the open stream
-  with the protocol's refusal frame, and the log records the status that was sent.
+  message. The route's deadline bounds every attempt and wait; an opening waits at most
+  the first-byte timeout (else the silence limit). The final answer after spent retries
+  says `x-should-retry: false`, so that the client's own retries do not multiply them.
+  While it waits (an opening, a back-off) on a streaming request that may be retried, the
+  protocol's keep-alive goes out every keep-alive interval (`_paced`), and with the first
+  the head (the exchange is `committed`). An upstream comment before the first content
+  (OpenRouter's `: OPENROUTER PROCESSING`) goes out as a keep-alive too. Retries go on
+  after a committed head (the client saw nothing of the answer), but a failure after it
+  (an error status, no answer, a refusal) ends the open stream with the protocol's
+  refusal frame, and the log records the status that was sent.
 - **A held key** goes in its protocol's header (a `key` in the query is the client's:
   dropped); whatever the upstream echoes of it reaches the client as `[redacted]`, and a
   stream or whole answer is redacted before it is judged. An answer in a transfer coding
@@ -123,11 +130,19 @@ class _Retry(Exception):
     a short kind, for the flow's record of the attempt; `trouble`: which attempt comes
     next, `failover.FailoverPlan`)."""
 
-    def __init__(self, why: str, wait: float | None = None, trouble: Trouble = "once") -> None:
+    def __init__(
+        self,
+        why: str,
+        wait: float | None = None,
+        trouble: Trouble = "once",
+        *,
+        refused: bool = False,
+    ) -> None:
         super().__init__(why)
         self.why = why
         self.wait = wait
         self.trouble = trouble
+        self.refused = refused  # the gate refused the answer (`why` is the refusal's kind)
 
 
 def retryable(
@@ -197,6 +212,8 @@ async def attempts(x: ProxyExchange, shared: Shared) -> web.StreamResponse:
         x.upstream, x.model = upstream, step.model
         x.status, x.answer, x.refusal, x.seen = None, None, None, False
         flow.retries = x.attempt
+        if x.attempt:
+            flow.next_attempt()
         if upstream.index:
             flow.fallbacks += 1
         try:
@@ -308,15 +325,18 @@ async def _attempt(
     number = x.attempt + 1
     trace = x.trace.attempt(number, upstream.name, upstream.index > 0)
     why: str | None = None
+    refused = False
     try:
         return await _send(x, shared, upstream, trace)
     except _Retry as retry:
-        why = retry.why
+        why, refused = retry.why, retry.refused
         raise
     finally:
         status, fallback = x.status, upstream.index > 0
         ended = time.monotonic()
-        record = AttemptRecord(number, upstream.name, fallback, started, ended, status, why)
+        record = AttemptRecord(
+            number, upstream.name, fallback, started, ended, status, why, refused
+        )
         flow.attempts.append(record)
         error = why if why is not None else _error_type(x)
         with contextlib.suppress(Exception):  # a tracer that fails never fails a request
@@ -628,7 +648,7 @@ async def _gate(
                 if retryable(x, _again(x, outcome), trouble=trouble):
                     flow.judged(outcome)
                     flow.incomplete = True
-                    raise _Retry(refusal.kind, trouble=trouble)  # its frame is not sent
+                    raise _Retry(refusal.kind, trouble=trouble, refused=True)  # frame unsent
             x.last_sent = time.monotonic()
             if response is None:
                 response = await respond.commit(flow.status, headers)
@@ -709,7 +729,7 @@ async def _whole(
     verdict = await asyncio.to_thread(judge) if len(body) > OFFLOAD_BYTES else judge()
     outcome = verdict.outcome
     if isinstance(outcome, Refused) and retryable(x, _again(x, outcome)):
-        raise _Retry(outcome.refusal.kind)
+        raise _Retry(outcome.refusal.kind, refused=True)
     flow.judged(outcome)
     flow.status = verdict.status
     return whole(verdict, headers, spent=spent)

@@ -33,9 +33,18 @@ def describe(settings: ProxySettings) -> list[str]:
             f"silence {gating.idle_timeout:g} s, deadline {gating.deadline:g} s, "
             f"keep-alive {gating.keepalive_interval:g} s, at most {gating.limits.max_calls} calls; "
             f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s)"
+            + (
+                f"; first byte within {gating.first_byte_timeout:g} s"
+                if gating.first_byte_timeout is not None
+                else ""
+            )
         )
         for number, fallback in enumerate(route.fallbacks, 1):
             lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
+        for number, fallback in enumerate(route.context_fallbacks, 1):
+            lines.append(
+                f"route {route.name}: context fall-back {number} -> {_upstream_line(fallback)}"
+            )
     lines.extend(key_warnings(settings))
     return lines
 
@@ -47,7 +56,7 @@ def key_warnings(settings: ProxySettings) -> list[str]:
     `x-lockgate-token`, never as the client's API key."""
     lines = []
     for route in settings.routes:
-        upstreams = (route.upstream, *route.fallbacks)
+        upstreams = route.upstreams
         keyless = [
             "its upstream" if index == 0 else f"fall-back {index}"
             for index, upstream in enumerate(upstreams)
@@ -80,4 +89,9 @@ def _upstream_line(upstream: UpstreamSettings) -> str:
         parts.append("the client's own credentials")
     if upstream.model is not None:
         parts.append(f"model {upstream.model}")
+    if upstream.models:
+        mapped = ", ".join(f"{given} as {sent}" for given, sent in upstream.models)
+        parts.append(f"only models {mapped}")
+    if upstream.retries is not None:
+        parts.append(f"retries {upstream.retries}")
     return ", ".join(parts)

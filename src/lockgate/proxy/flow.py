@@ -19,6 +19,7 @@ from ..events import Event, ResponseStarted, UsageReported
 from .engine import Accepted, GatingStream, Refused
 
 __all__ = [
+    "INCOMPLETE_KINDS",
     "AttemptRecord",
     "Flow",
     "FlowHook",
@@ -41,12 +42,30 @@ Outcome = Literal[
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt upstream: its number (1-based), the upstream's name (its configured name
+    or host, never a URL path or key), whether it was a fall-back, when it started and
+    ended (`time.monotonic()`), the status it answered (None: no answer), why it was tried
+    again (a short kind: `no_answer`, `status_429` …, `context_window`, a refusal's kind;
+    None: it was the last) and whether that was the gate's refusal of its answer."""
+
+    number: int
+    upstream: str
+    fallback: bool
+    started: float
+    ended: float
+    status: int | None
+    retried: str | None = None
+    refused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ProxyRecord:
     """One request, when it ended: its method and path (without the query), the protocol it
     was gated with (None: passed unchanged), what became of it, the tool calls withheld, why
     (`kind: reason` for a refusal; redacted), the status sent, the seconds it took, the
-    route that served it, and the attempts upstream beyond the first (retries and
-    fall-backs)."""
+    route that served it, the attempts upstream beyond the first (retries and fall-backs),
+    the upstream whose answer was the last, and every attempt (why each was retried)."""
 
     method: str
     path: str
@@ -58,27 +77,13 @@ class ProxyRecord:
     duration: float
     route: str = ""
     retries: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
-    """One attempt upstream: its number (1-based), the upstream's name (its configured name
-    or host, never a URL path or key), whether it was a fall-back, when it started and
-    ended (`time.monotonic()`), the status it answered (None: no answer) and why it was tried
-    again (a short kind: `no_answer`, `status`, a refusal's kind; None: it was the last)."""
-
-    number: int
-    upstream: str
-    fallback: bool
-    started: float
-    ended: float
-    status: int | None
-    retried: str | None = None
+    upstream: str = ""  # the upstream that gave the last answer ("": none was tried)
+    attempts: tuple[AttemptRecord, ...] = ()  # each attempt upstream, in order
 
 
 # The refusals that say an upstream stream did not end complete (counted apart: a 200 status
 # hides them).
-_INCOMPLETE = frozenset({"stream_ended", "transport", "idle_timeout", "deadline", "cleanup"})
+INCOMPLETE_KINDS = frozenset({"stream_ended", "transport", "idle_timeout", "deadline", "cleanup"})
 
 
 @dataclass(slots=True)
@@ -119,6 +124,14 @@ class Flow:
     attempts: list[AttemptRecord] = field(default_factory=list)  # each attempt upstream
     retries_exhausted: bool = False  # the route's retries were all spent, and it failed
 
+    def next_attempt(self) -> None:
+        """A new attempt begins: what the gate decided of the one before is forgotten (its
+        refusal is kept on its `AttemptRecord`), so the request ends with its last."""
+        self.outcome, self.kind, self.reason, self.verdict = "error", None, None, None
+        self.withheld, self.calls, self.incomplete = 0, 0, False
+        self.first_read_at = self.held_from = self.held_until = None
+        self.usage = self.response_model = self.finish_reason = None
+
     def judged(self, outcome: Accepted | Refused | None) -> None:
         """What the gate decided (None: the iteration was abandoned)."""
         if isinstance(outcome, Accepted):
@@ -152,7 +165,7 @@ class Flow:
             return
         self.judged(stream.outcome)
         if isinstance(stream.outcome, Refused):
-            self.incomplete = stream.outcome.refusal.kind in _INCOMPLETE
+            self.incomplete = stream.outcome.refusal.kind in INCOMPLETE_KINDS
 
     def observe(self, event: Event) -> None:
         """An observer of the gate (`GatingStream`, `judge_whole`), once per event: keeps
@@ -176,6 +189,8 @@ class Flow:
             max(0.0, ended - self.started),
             self.route,
             self.retries,
+            self.attempts[-1].upstream if self.attempts else "",
+            tuple(self.attempts),
         )
 
 

@@ -16,6 +16,10 @@ or a path beyond the route's name.
   not end complete (a 200 status hides them): cut, reset, silent, past the deadline;
 - `lockgate_proxy_retries_total{route}`: attempts upstream beyond a request's first (unseen
   by the client); `lockgate_proxy_fallbacks_total{route}`: those to a fall-back upstream;
+- `lockgate_proxy_attempts_total{route,upstream,result}`: every attempt upstream, by the
+  upstream's name and what became of it: `answered` (the request's last attempt: which
+  upstream answered), else why it was tried again (`status_429`, `no_answer`,
+  `context_window`, a refusal's kind);
 - `lockgate_proxy_retries_exhausted_total{route}`: requests that still failed after their
   retries were spent (at least one retry, and the last attempt failed as a retry would
   have been tried for: no answer, a retryable error status, a stream that did not end
@@ -61,7 +65,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .config import ConfigError
-from .flow import Flow
+from .flow import INCOMPLETE_KINDS, Flow
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -198,6 +202,13 @@ class ProxyMetrics:
             ("route",),
             registry=registry,
         )
+        self.attempts = Counter(
+            "lockgate_proxy_attempts",
+            "Attempts upstream, by upstream and what became of each: answered (the request's "
+            "last), else why it was tried again.",
+            ("route", "upstream", "result"),
+            registry=registry,
+        )
         self.exhausted = Counter(
             "lockgate_proxy_retries_exhausted",
             "Requests that still failed after their retries were spent.",
@@ -279,6 +290,13 @@ class ProxyMetrics:
             self.refusals.labels(route, protocol, flow.kind).inc()
             if flow.incomplete:
                 self.incomplete.labels(route, protocol, flow.kind).inc()
+        for attempt in flow.attempts:
+            result = attempt.retried or "answered"
+            self.attempts.labels(route, attempt.upstream, result).inc()
+            if attempt.refused and attempt.retried is not None:  # refused, then retried unseen
+                self.refusals.labels(route, protocol, attempt.retried).inc()
+                if attempt.retried in INCOMPLETE_KINDS:
+                    self.incomplete.labels(route, protocol, attempt.retried).inc()
         if flow.withheld:
             self.withheld.labels(route, protocol).inc(flow.withheld)
         if flow.calls:
