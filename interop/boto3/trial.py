@@ -2,7 +2,8 @@
 in-process gate (`gated_bedrock`), as a new user would run it. Opt-in: run it with a Python
 where the framework and lockgate are installed (a scratch venv, not the project's):
 
-    python -m venv /tmp/bt && /tmp/bt/bin/pip install strands-agents langchain-aws -e .
+    python -m venv /tmp/bt && /tmp/bt/bin/pip install strands-agents langchain-aws \
+        'pydantic-ai-slim[bedrock]' -e .
     /tmp/bt/bin/python -m interop.boto3.trial      # every framework x scenario x path
     /tmp/bt/bin/python -m interop.boto3.trial --frameworks strands \
         --scenarios bedrock-cut-in-payload
@@ -118,9 +119,32 @@ def run_langchain(url: str, gate: bool) -> str:
     return "(no answer after 4 turns)"
 
 
+def run_pydantic_ai(url: str, gate: bool) -> str:
+    from pydantic_ai import Agent as PydanticAgent  # type: ignore[import-not-found, unused-ignore]
+    from pydantic_ai.models.bedrock import (  # type: ignore[import-not-found, unused-ignore]
+        BedrockConverseModel,
+    )
+    from pydantic_ai.providers.bedrock import (  # type: ignore[import-not-found, unused-ignore]
+        BedrockProvider,
+    )
+
+    client = session().client("bedrock-runtime", endpoint_url=url, config=config())
+    if gate:
+        gated_bedrock(client)
+    model = BedrockConverseModel(MODEL, provider=BedrockProvider(bedrock_client=client))
+    agent = PydanticAgent(model, tools=[edit])
+
+    async def streamed(_context: Any, events: Any) -> None:  # streams: converse_stream
+        async for _ in events:
+            pass
+
+    return str(agent.run_sync(PROMPT, event_stream_handler=streamed).output).strip()
+
+
 FRAMEWORKS: dict[str, Callable[[str, bool], str]] = {
     "strands": run_strands,
     "langchain-aws": run_langchain,
+    "pydantic-ai": run_pydantic_ai,
 }
 
 

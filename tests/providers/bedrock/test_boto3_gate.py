@@ -8,7 +8,10 @@ reaches the caller before the terminal is even sent."""
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +27,7 @@ from lockgate.providers.bedrock.render import ConverseBuilder, frame_bytes  # no
 from lockgate.proxy import GatingOptions  # noqa: E402
 from lockgate.scripted.scenario import EDIT_FIX  # noqa: E402
 
+from ...helpers import ROOT  # noqa: E402
 from .boto3_server import BREAK, Answer, Wait, serving  # noqa: E402
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -379,3 +383,37 @@ def test_a_whole_converse_answer_is_judged() -> None:
     assert len(plain["output"]["message"]["content"]) == 3  # botocore hands both calls over
     assert refused.value.kind == "invalid_batch"
     assert refused.value.withheld == 2
+
+
+# --- the users' doc ---------------------------------------------------------------------
+
+
+def test_the_docs_example_runs_as_written() -> None:
+    """`docs/bedrock-boto3.md`'s example, in a Python of its own, against the stand-in
+    (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`): the text streams, the call comes out whole; then
+    the same example on a cut answer raises `BedrockGateError` and prints no call."""
+    text = (ROOT / "docs" / "bedrock-boto3.md").read_text(encoding="utf-8")
+    code = text.split("```python bedrock-gated\n", 1)[1].split("```", 1)[0]
+    with serving(Answer(body(edit_call().finish("tool_use"))), Answer(_cut("payload"))) as server:
+        env = {
+            **os.environ,
+            "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": server.url,
+            "AWS_ACCESS_KEY_ID": "lab-not-a-secret",
+            "AWS_SECRET_ACCESS_KEY": "lab-not-a-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_MAX_ATTEMPTS": "1",
+        }
+        env.pop("AWS_PROFILE", None)
+        runs = [
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60
+            )
+            for _ in range(2)
+        ]
+    complete, cut = runs
+    assert complete.returncode == 0, complete.stderr
+    assert complete.stdout == "Fixing the bug in add.\ncall: edit\n"
+    assert cut.returncode == 1
+    assert "call:" not in cut.stdout
+    assert "BedrockGateError" in cut.stderr
+    assert "lockgate withheld 1 tool call: stream_ended" in cut.stderr
