@@ -23,6 +23,7 @@ import botocore.config  # type: ignore[import-untyped]  # noqa: E402
 from botocore.exceptions import ClientError, EventStreamError  # type: ignore[import-untyped]  # noqa: E402
 
 from lockgate import BedrockGateError, gated_bedrock  # noqa: E402
+from lockgate.events import Event, ResponseStarted  # noqa: E402
 from lockgate.providers.bedrock.render import ConverseBuilder, frame_bytes  # noqa: E402
 from lockgate.proxy import GatingOptions  # noqa: E402
 from lockgate.scripted.scenario import EDIT_FIX  # noqa: E402
@@ -322,20 +323,26 @@ def test_an_error_status_is_botocores_own_client_error() -> None:
 
 
 def test_a_session_gates_the_clients_made_from_it_and_twice_is_once() -> None:
+    """Each response is judged once, by the first gate: the first observer sees one
+    `ResponseStarted` per response, a later gate's observer none."""
+    first: list[Event] = []
+    later: list[Event] = []
     session = boto3.Session(
         aws_access_key_id="lab-not-a-secret",
         aws_secret_access_key="lab-not-a-secret",
         region_name="us-east-1",
     )
-    gated_bedrock(gated_bedrock(session))
+    gated_bedrock(gated_bedrock(session, observer=first.append), observer=later.append)
     with serving(Answer(_cut("payload")), Answer(body(edit_call().finish("tool_use")))) as server:
         made = session.client("bedrock-runtime", endpoint_url=server.url)
-        gated_bedrock(made)  # a third time, on the client: still one gate
+        gated_bedrock(made, observer=later.append)  # on the client too: still one gate
         with pytest.raises(BedrockGateError):
             converse(made, [])
         events: list[dict[str, Any]] = []
         converse(made, events)
     assert tool_uses(events)[0] == "edit"
+    assert sum(isinstance(event, ResponseStarted) for event in first) == 2
+    assert later == []
 
 
 def test_only_a_bedrock_runtime_client_or_a_session_is_taken() -> None:
@@ -417,3 +424,25 @@ def test_the_docs_example_runs_as_written() -> None:
     assert "call:" not in cut.stdout
     assert "BedrockGateError" in cut.stderr
     assert "lockgate withheld 1 tool call: stream_ended" in cut.stderr
+
+
+def test_a_stubbed_whole_answer_is_judged_too() -> None:
+    """botocore's `Stubber` answers without a wire: the stubbed answer is judged."""
+    from botocore.stub import Stubber  # type: ignore[import-untyped]
+
+    bedrock = client("http://127.0.0.1:9")  # never reached: the stubber answers
+    bad = edit_call().tool_use("tooluse_2", "delete_everything", {"path": "/"}, 2)
+    kwargs: dict[str, Any] = {
+        "modelId": MODEL,
+        "messages": [{"role": "user", "content": [{"text": "fix"}]}],
+        "toolConfig": {"tools": TOOLS},
+    }
+    with Stubber(bedrock) as stubber:
+        stubber.add_response("converse", edit_call().finish("tool_use").response(), kwargs)
+        stubber.add_response("converse", bad.finish("tool_use").response(), kwargs)
+        answer = bedrock.converse(**kwargs)
+        with pytest.raises(BedrockGateError) as refused:
+            bedrock.converse(**kwargs)
+    assert answer["stopReason"] == "tool_use"
+    assert refused.value.kind == "invalid_batch"
+    assert "delete_everything" in str(refused.value)

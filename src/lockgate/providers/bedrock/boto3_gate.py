@@ -213,6 +213,9 @@ def _judge_answer(
         raw = _read_capped(parsed["body"])
         _judge_whole(plan, raw, name)
         parsed["body"] = StreamingBody(io.BytesIO(raw), len(raw))
+    elif http_response.raw is None:  # botocore's Stubber: no wire, the stubbed answer
+        answer = {key: value for key, value in parsed.items() if key != "ResponseMetadata"}
+        _judge_whole(plan, json.dumps(answer, default=str).encode(), name)
     else:
         _judge_whole(plan, http_response.content, name)
 
