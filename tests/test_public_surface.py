@@ -17,7 +17,8 @@ def test_every_public_name_resolves() -> None:
 def test_importing_the_package_loads_no_sdk() -> None:
     code = (
         "import sys, lockgate; lockgate.PROVIDERS; "
-        "print(sorted(m for m in ('openai', 'anthropic', 'aiohttp', 'httpx2') if m in sys.modules))"
+        "print(sorted(m for m in ('openai', 'anthropic', 'aiohttp', 'httpx2', 'botocore') "
+        "if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -38,10 +38,13 @@ _EXPORTS = {
     "GatingOptions": "proxy",
     "GatingTransport": "proxy.transport",
     "gated_client": "proxy.transport",
+    "gated_bedrock": "providers.bedrock.boto3_gate",
+    "BedrockGateError": "providers.bedrock.boto3_gate",
 }
 
 __all__ = [
     "PROVIDERS",
+    "BedrockGateError",
     "CodecOptions",
     "FailureKind",
     "GateLimits",
@@ -63,6 +66,7 @@ __all__ = [
     "TransportOptions",
     "Usage",
     "__version__",
+    "gated_bedrock",
     "gated_client",
     "run_agent",
 ]
@@ -75,6 +79,7 @@ if TYPE_CHECKING:
     from .gate import GateLimits
     from .loop import run_agent
     from .providers import PROVIDERS, CodecOptions, Provider
+    from .providers.bedrock.boto3_gate import BedrockGateError, gated_bedrock
     from .proxy import GatingOptions
     from .proxy.transport import GatingTransport, gated_client
     from .retry import RetryPolicy
