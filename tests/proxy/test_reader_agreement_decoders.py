@@ -33,7 +33,7 @@ from .support import (
 READ = '{"path": "README.md"}'
 
 
-def _refused(provider: str, body: list[bytes], kind: str) -> None:
+def refusal_from(provider: str, body: list[bytes], kind: str) -> None:
     gated = run(gate_stream(provider, request_for(provider), Chunks(body)))
     assert isinstance(gated.outcome, Refused), gated.outcome
     assert gated.outcome.refusal.kind == kind
@@ -82,13 +82,13 @@ def _call(index: object, call_id: str | None, name: str | None, arguments: str) 
 def test_chat_an_index_less_fragment_beside_indexed_ones_is_withheld(index: object) -> None:
     # openai-node and the AI SDK drop the fragment: they read `{"path": "READ`.
     body = _chat([_call(0, "call_1", "read", READ[:14])], [_call(index, None, None, READ[14:])])
-    _refused("chat", body, "lifecycle")
+    refusal_from("chat", body, "lifecycle")
 
 
 def test_chat_a_new_id_at_an_index_in_use_is_withheld() -> None:
     # openai-python, openai-node and litellm read one call with both arguments run together.
     body = _chat([_call(0, "call_a", "read", READ)], [_call(0, "call_b", "discover", "{}")])
-    _refused("chat", body, "lifecycle")
+    refusal_from("chat", body, "lifecycle")
 
 
 def test_chat_index_less_calls_in_two_chunks_are_withheld() -> None:
@@ -96,13 +96,13 @@ def test_chat_index_less_calls_in_two_chunks_are_withheld() -> None:
     body = _chat(
         [_call("absent", "call_a", "read", READ)], [_call("absent", "call_b", "discover", "{}")]
     )
-    _refused("chat", body, "lifecycle")
+    refusal_from("chat", body, "lifecycle")
 
 
 @pytest.mark.parametrize("indexes", [(0, 2), (1, 0), (1,), (-1,), (2**32,)])
 def test_chat_indexes_the_sdks_cannot_read_are_withheld(indexes: tuple[int, ...]) -> None:
     body = _chat(*([_call(i, f"call_{n}", "discover", "{}")] for n, i in enumerate(indexes)))
-    _refused("chat", body, "lifecycle")
+    refusal_from("chat", body, "lifecycle")
 
 
 def test_chat_mistral_index_less_whole_calls_in_one_array_still_pass() -> None:
@@ -158,13 +158,13 @@ def test_anthropic_a_tool_use_with_a_start_input_is_withheld(deltas: list[str]) 
     # anthropic-python keeps the start input, @anthropic-ai/sdk reads `{}` after an empty
     # delta, litellm `{}` always, the AI SDK the start input and the deltas run together.
     block = {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.py"}}
-    _refused("anthropic", _anthropic(block, deltas), "lifecycle")
+    refusal_from("anthropic", _anthropic(block, deltas), "lifecycle")
 
 
 def test_anthropic_a_tool_use_without_any_input_is_withheld() -> None:
     # anthropic-python reads None, @anthropic-ai/sdk undefined, litellm and the AI SDK {}.
     block = {"type": "tool_use", "id": "toolu_1", "name": "discover"}
-    _refused("anthropic", _anthropic(block, []), "lifecycle")
+    refusal_from("anthropic", _anthropic(block, []), "lifecycle")
 
 
 def test_anthropic_a_tool_use_that_starts_empty_still_passes() -> None:

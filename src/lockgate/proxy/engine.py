@@ -82,7 +82,7 @@ target's `ProtocolTarget.framing`); the judge sees events only.
 rest: which responses are gated (a 2xx answer to a request that asks for a stream), error
 bodies passed under the existing cap, and the headers to pass on.
 
-This module is the facade: the judge (`judge.py`: `_Judge`, `HeldBudget`, the options and
+This module is the facade: the judge (`judge.py`: `StreamJudge`, `HeldBudget`, the options and
 outcomes), the clocks (`timers.py`) and the whole answer (`whole.py`: `judge_whole`) live
 beside it, and their public names are importable from here as before.
 """
@@ -123,10 +123,10 @@ from .judge import (
     Hold,
     Outcome,
     Refused,
+    StreamJudge,
     _gateway,
-    _Judge,
-    _refused,
     _unchanged,
+    refusal_from,
 )
 from .judge import RELEASE_SLICE_BYTES as RELEASE_SLICE_BYTES  # re-exported
 from .judge import _HeldBytes as _HeldBytes  # re-exported
@@ -206,7 +206,7 @@ class GatingStream:
         # apart from the silence limit): `GatingOptions.first_byte_timeout`.
         self._first_content_by = first_content_by
         self._used = False
-        self._judge: _Judge | None = None
+        self._judge: StreamJudge | None = None
         self.first_read_at: float | None = None  # the upstream's first bytes (loop time)
 
     @property
@@ -233,7 +233,7 @@ class GatingStream:
         start = clock() if self._started_at is None else self._started_at
         deadline_at = start + options.deadline
         gate = ResponseGate(self.tools, self._observer, options.limits)
-        judge = _Judge(
+        judge = StreamJudge(
             self.gateway,
             gate,
             options.max_event_bytes,
@@ -422,8 +422,8 @@ class GatingStream:
                     f"closing the stream failed ({type(exc).__name__}); decision withheld",
                 ) from None
 
-    def _refuse(self, exc: BaseException, judge: _Judge) -> bytes:
-        refused = _refused(exc, judge.calls, self._redact)
+    def _refuse(self, exc: BaseException, judge: StreamJudge) -> bytes:
+        refused = refusal_from(exc, judge.calls, self._redact)
         self.outcome = refused
         return judge.framing.refusal(refused.refusal, judge.last)
 

@@ -1,7 +1,7 @@
 """The gating engine's judge (`engine.GatingStream`, `whole.judge_whole`): sans-IO, it frames,
-decodes and gates one response (`_Judge`), says for each event whether it goes out now or is
+decodes and gates one response (`StreamJudge`), says for each event whether it goes out now or is
 held, and holds what it holds in memory maps (`_HeldBytes`) under the stream's bound and the
-process's `HeldBudget`; `_refused` words a refusal. Also what a judgement takes and gives:
+process's `HeldBudget`; `refusal_from` words a refusal. Also what a judgement takes and gives:
 `GatingOptions`, `Accepted`, `Refused`. `engine` re-exports the public names."""
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ __all__ = [
     "Hold",
     "Outcome",
     "Refused",
+    "StreamJudge",
+    "refusal_from",
 ]
 
 DEFAULT_KEEPALIVE_SECONDS = 15.0
@@ -220,7 +222,7 @@ class _HeldBytes:
         self.size = 0
 
 
-class _Judge:
+class StreamJudge:
     """Frames, decodes and gates one stream; decides per frame whether it is forwarded now
     or held. Synchronous: the engine feeds it and sends what it says."""
 
@@ -449,7 +451,7 @@ class _ModelRefused(Exception):
         self.decision = decision
 
 
-def _refused(exc: BaseException, calls: int, redact: Callable[[str], str]) -> Refused:
+def refusal_from(exc: BaseException, calls: int, redact: Callable[[str], str]) -> Refused:
     """What a refusal tells the client: its kind, the sentence (how many tool calls were
     withheld, and why; redacted and bounded) and whether a new request may succeed."""
     failure: ResponseFailure | None = None

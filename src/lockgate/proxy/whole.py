@@ -17,7 +17,7 @@ from ..events import Observer, ignore_event
 from ..gate import ResponseGate
 from ..jsonlimits import parse_event
 from ..providers.base import Provider
-from .judge import Accepted, GatingOptions, Outcome, _gateway, _Judge, _refused, _unchanged
+from .judge import Accepted, GatingOptions, Outcome, StreamJudge, _gateway, _unchanged, refusal_from
 
 __all__ = ["MAX_WHOLE_BYTES", "WholeVerdict", "judge_whole", "read_whole"]
 
@@ -59,7 +59,7 @@ def judge_whole(
     if tools is None:
         tools = gateway.tools(request, validate_schemas=options.validate_schemas)
     gate = ResponseGate(tools, observer, options.limits)
-    judge = _Judge(gateway, gate, options.max_event_bytes, lambda: 0.0, math.inf)
+    judge = StreamJudge(gateway, gate, options.max_event_bytes, lambda: 0.0, math.inf)
     try:
         if len(body) > MAX_WHOLE_BYTES:
             raise ResponseFailure(
@@ -79,7 +79,7 @@ def judge_whole(
         judge.take(gateway.whole_stream(payload))
         judge.end()
     except Exception as exc:
-        refused = _refused(exc, judge.calls, redact or _unchanged)
+        refused = refusal_from(exc, judge.calls, redact or _unchanged)
         advice = () if refused.refusal.transient else (("x-should-retry", "false"),)
         return WholeVerdict(refused, 502, gateway.error_body(refused.refusal), advice)
     assert judge.decision is not None

@@ -60,7 +60,7 @@ from ...gate import ResponseGate
 from ...gateway import Gateway, Refusal
 from ...http import describe
 from ...proxy.framing import framing_for
-from ...proxy.judge import GatingOptions, Refused, _Judge, _refused
+from ...proxy.judge import GatingOptions, Refused, StreamJudge, refusal_from
 from ...proxy.whole import MAX_WHOLE_BYTES, judge_whole
 from . import PROVIDER
 from .framing import EXCEPTION_PREFIX
@@ -273,7 +273,7 @@ class _GatedBody:
         plan = self._plan
         options = plan.options
         gateway = plan.gateway
-        judge = _Judge(
+        judge = StreamJudge(
             gateway,
             ResponseGate(plan.tools, plan.observer, options.limits),
             options.max_event_bytes,
@@ -295,7 +295,7 @@ class _GatedBody:
                     judge.take(chunk)
                 except Exception as exc:
                     self._raw.close()
-                    refused = _refused(exc, judge.calls, _unchanged)
+                    refused = refusal_from(exc, judge.calls, _unchanged)
                     raise _error(gateway, refused.refusal, self._operation) from None
                 out = judge.drain()
                 if out:
