@@ -455,3 +455,28 @@ async def test_the_log_and_metrics_say_which_upstream_answered_and_why_each_was_
     )
     assert line in metrics
     assert f'result="answered",route="chat",upstream="{backup_name}"}} 1.0' in metrics
+
+
+async def test_a_keepalive_commits_the_head_and_a_later_failure_ends_it_in_band() -> None:
+    # The client's read timeout was kept from firing with keep-alives, so its 200 head went:
+    # when every upstream then fails, the open stream ends with the protocol's refusal frame
+    # (which the SDKs raise), never a second status line or a clean empty end.
+    hits: list[float] = []
+    async with (
+        serve_app(_silent(3.0, hits)) as silent,
+        serve_script([DOWN, DOWN, DOWN], provider="chat") as down,
+    ):
+        route = _route(
+            silent,
+            UpstreamSettings(origin(down), retries=0),
+            gating=gating(first_byte_timeout=0.6, keepalive_interval=0.2),
+        )
+        async with _proxy(route) as (url, records):
+            status, body = await _post(url)
+    assert status == 200
+    assert body.startswith(b": ")
+    assert ends_with_refusal(body, "chat")
+    assert b"HTTP 503" in body or b"503" in body
+    [record] = records
+    assert [a.retried for a in record.attempts] == ["no_answer", None]
+    assert record.outcome == "error"
