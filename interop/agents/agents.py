@@ -6,6 +6,14 @@ network extras turned off.
 - `claude-vertex`: Anthropic on Vertex AI (`…/publishers/anthropic/models/{m}:streamRawPredict`);
   `CLAUDE_CODE_USE_VERTEX=1`, `ANTHROPIC_VERTEX_BASE_URL` (`…/v1`), a made-up project and
   region, `CLAUDE_CODE_SKIP_VERTEX_AUTH=1` (no Google credentials, no auth header at all).
+- `claude-bedrock`: Anthropic on Bedrock (`…/model/{m}/invoke-with-response-stream`, the AWS
+  event stream); `CLAUDE_CODE_USE_BEDROCK=1`, `ANTHROPIC_BEDROCK_BASE_URL` (the host root),
+  `AWS_REGION`, `CLAUDE_CODE_SKIP_BEDROCK_AUTH=1` (no AWS credentials, no auth header). It
+  also sends `GET /inference-profiles?type=SYSTEM_DEFINED` (the control plane) there.
+- `claude-mantle`: Anthropic Messages on Bedrock's Mantle endpoint
+  (`…/anthropic/v1/messages?beta=true`); `CLAUDE_CODE_USE_MANTLE=1`,
+  `ANTHROPIC_BEDROCK_MANTLE_BASE_URL` (`…/anthropic`), `AWS_REGION`,
+  `CLAUDE_CODE_SKIP_MANTLE_AUTH=1`.
 - `codex`: Responses, the default model (its shell is the custom `exec` tool); a
   `[model_providers.hostile]` block with `base_url` (`…/v1`), `wire_api = "responses"` and
   `env_key`.
@@ -212,6 +220,28 @@ def _claude_vertex(
     return Invocation(_claude_argv(installation), env, paths.work)
 
 
+def _claude_bedrock(
+    installation: Installation, paths: RunPaths, base_url: str, key: str
+) -> Invocation:
+    env = {**_base_env(paths), **_CLAUDE_QUIET}
+    env["CLAUDE_CODE_USE_BEDROCK"] = "1"
+    env["CLAUDE_CODE_SKIP_BEDROCK_AUTH"] = "1"  # no AWS credentials: no auth header at all
+    env["ANTHROPIC_BEDROCK_BASE_URL"] = base_url
+    env["AWS_REGION"] = "us-east-1"
+    return Invocation(_claude_argv(installation), env, paths.work)
+
+
+def _claude_mantle(
+    installation: Installation, paths: RunPaths, base_url: str, key: str
+) -> Invocation:
+    env = {**_base_env(paths), **_CLAUDE_QUIET}
+    env["CLAUDE_CODE_USE_MANTLE"] = "1"
+    env["CLAUDE_CODE_SKIP_MANTLE_AUTH"] = "1"
+    env["ANTHROPIC_BEDROCK_MANTLE_BASE_URL"] = f"{base_url}/anthropic"
+    env["AWS_REGION"] = "us-east-1"
+    return Invocation(_claude_argv(installation), env, paths.work)
+
+
 # --- Codex -----------------------------------------------------------------------------------
 
 _CODEX_QUIET = """check_for_update_on_startup = false
@@ -309,6 +339,8 @@ AGENTS: dict[str, Agent] = {
     for agent in (
         Agent("claude", "claude", "anthropic", "Bash", _claude),
         Agent("claude-vertex", "claude", "anthropic (vertex)", "Bash", _claude_vertex),
+        Agent("claude-bedrock", "claude", "bedrock", "Bash", _claude_bedrock),
+        Agent("claude-mantle", "claude", "anthropic (mantle)", "Bash", _claude_mantle),
         Agent("codex", "codex", "responses", "exec (custom)", _codex_provider(None)),
         Agent("codex-gpt-5.5", "codex", "responses", "exec_command", _codex_provider("gpt-5.5")),
         Agent("codex-builtin", "codex", "responses", "exec (custom)", _codex_builtin),

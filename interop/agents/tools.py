@@ -73,6 +73,7 @@ def _responses_tools(entries: object, namespace: str | None = None) -> Iterator[
 
 def declared_tools(protocol: str, body: dict[str, Any]) -> list[DeclaredTool]:
     """Every client tool the request declares (built-in tools left out)."""
+    protocol = "anthropic" if protocol == "bedrock" else protocol  # Anthropic's body
     tools = body.get("tools")
     if protocol == "responses":
         found = list(_responses_tools(tools))
@@ -118,7 +119,7 @@ def has_tool_result(protocol: str, body: dict[str, Any]) -> bool:
         return isinstance(messages, list) and any(
             isinstance(message, dict) and message.get("role") == "tool" for message in messages
         )
-    if protocol == "anthropic":
+    if protocol in ("anthropic", "bedrock"):
         messages = body.get("messages")
         if not isinstance(messages, list):
             return False

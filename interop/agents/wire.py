@@ -1,4 +1,4 @@
-"""The four protocols as the hostile server speaks them: a `Script` (calls or a text answer,
+"""The five protocols as the hostile server speaks them: a `Script` (calls or a text answer,
 how the events end) rendered as the body's frames.
 
 Each renderer writes the events a real provider streams, in its order, with the fields the
@@ -14,12 +14,23 @@ The terminal events: Responses `response.completed` / `response.incomplete`
 `message_delta` + `message_stop` (`tool_use`/`end_turn`/`max_tokens`), its error `event:
 error` (`overloaded_error`); Gemini a last chunk with `finishReason` `STOP`/`MAX_TOKENS`, its
 error a `data: {"error": …}` chunk.
+
+Bedrock's InvokeModelWithResponseStream (`bedrock`, Claude Code with
+`CLAUDE_CODE_USE_BEDROCK=1`): the Anthropic events, each in an AWS event-stream `chunk`
+message (`{"bytes": <base64 of the event's JSON>}`, `application/vnd.amazon.eventstream`),
+encoded here (`eventstream_message`, both CRC32s), independent of lockgate's codec. Its
+in-stream error is an `exception` message (`modelStreamErrorException`); its own faults
+(`Script.fault`): `bad-crc` (the message after the calls with a wrong message CRC) and
+`cut-in-frame` (the body ends halfway through that message).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,10 +38,12 @@ from typing import Any
 from .outcomes import Terminal
 
 __all__ = [
+    "CONTENT_TYPES",
     "PAUSE",
     "RENDERERS",
     "Call",
     "Script",
+    "eventstream_message",
     "sse_event",
     "whole_calls",
     "whole_error",
@@ -69,6 +82,7 @@ class Script:
     cut: bool = False  # end inside the last call's arguments (nothing after them)
     terminal: Terminal = Terminal.SUCCESS
     model: str = _MODEL_FALLBACK
+    fault: str | None = None  # an event-stream fault (`bedrock` only): "bad-crc", "cut-in-frame"
 
 
 def _json(value: object) -> bytes:
@@ -295,6 +309,8 @@ def _anthropic(script: Script, serial: int) -> list[bytes]:
         return frames
     if script.terminal is Terminal.LIMIT:
         stop = "max_tokens"
+    elif script.terminal is Terminal.MALFORMED:
+        stop = "malformed_tool_use"  # Bedrock's own verdict on the call
     else:
         stop = "tool_use" if script.calls else "end_turn"
     finish: dict[str, Any] = {"stop_reason": stop, "stop_sequence": None}
@@ -346,12 +362,81 @@ def _gemini(script: Script, serial: int) -> list[bytes]:
     return frames
 
 
+# --- Bedrock InvokeModelWithResponseStream (Anthropic events in the AWS event stream) --------
+
+
+def _string_header(name: str, value: str) -> bytes:
+    encoded = value.encode()
+    return bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(encoded)) + encoded
+
+
+def eventstream_message(
+    headers: list[tuple[str, str]], payload: bytes, *, bad_crc: bool = False
+) -> bytes:
+    """One AWS event-stream message: prelude (total and headers length, its CRC32), string
+    headers, payload, the message's CRC32 (`bad_crc`: one bit of it flipped)."""
+    encoded = b"".join(_string_header(name, value) for name, value in headers)
+    total = 12 + len(encoded) + len(payload) + 4
+    prelude = struct.pack(">II", total, len(encoded))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + encoded + payload
+    crc = zlib.crc32(message) ^ (1 if bad_crc else 0)
+    return message + struct.pack(">I", crc)
+
+
+def _chunk(event: dict[str, Any], *, bad_crc: bool = False) -> bytes:
+    payload = _json({"bytes": base64.b64encode(_json(event)).decode()})
+    headers = [
+        (":event-type", "chunk"),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ]
+    return eventstream_message(headers, payload, bad_crc=bad_crc)
+
+
+def _exception(kind: str, message: str) -> bytes:
+    headers = [
+        (":exception-type", kind),
+        (":content-type", "application/json"),
+        (":message-type", "exception"),
+    ]
+    return eventstream_message(headers, _json({"message": message}))
+
+
+def _bedrock(script: Script, serial: int) -> list[bytes]:
+    """The Anthropic stream, each event in a `chunk` message; its `error` event as an
+    `exception` message; the script's fault on the first message after the calls."""
+    frames: list[bytes] = []
+    faulted = False
+    for frame in _anthropic(script, serial):
+        if frame == PAUSE:
+            frames.append(PAUSE)
+            continue
+        data = next(line for line in frame.split(b"\n") if line.startswith(b"data: "))
+        event = json.loads(data[len(b"data: ") :])
+        if event.get("type") == "error":
+            frames.append(_exception("modelStreamErrorException", "hostile: model stream error"))
+            continue
+        after_calls = event.get("type") == "message_delta" and not faulted
+        if after_calls and script.fault == "bad-crc":
+            faulted = True
+            frames.append(_chunk(event, bad_crc=True))
+            continue
+        if after_calls and script.fault == "cut-in-frame":
+            whole = _chunk(event)
+            return [*frames, whole[: len(whole) // 2]]
+        frames.append(_chunk(event))
+    return frames
+
+
 RENDERERS: dict[str, Callable[[Script, int], list[bytes]]] = {
     "responses": _responses,
     "chat": _chat,
     "anthropic": _anthropic,
     "gemini": _gemini,
+    "bedrock": _bedrock,
 }
+# A stream's media type, where it is not SSE.
+CONTENT_TYPES = {"bedrock": "application/vnd.amazon.eventstream"}
 
 
 def whole_text(protocol: str, text: str, model: str, serial: int) -> dict[str, Any]:
@@ -387,7 +472,7 @@ def whole_text(protocol: str, text: str, model: str, serial: int) -> dict[str, A
             "choices": [choice],
             "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
         }
-    if protocol == "anthropic":
+    if protocol in ("anthropic", "bedrock"):
         return {
             "id": f"msg_hostile_{serial}",
             "type": "message",
@@ -457,7 +542,7 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
             "choices": [choice],
             "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
         }
-    if protocol == "anthropic":
+    if protocol in ("anthropic", "bedrock"):
         blocks = [
             {
                 "type": "tool_use",
@@ -473,7 +558,11 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
             "role": "assistant",
             "model": script.model,
             "content": blocks,
-            "stop_reason": "max_tokens" if limit else "tool_use",
+            "stop_reason": "max_tokens"
+            if limit
+            else "malformed_tool_use"
+            if script.terminal is Terminal.MALFORMED
+            else "tool_use",
             "stop_sequence": None,
             "usage": {"input_tokens": 100, "output_tokens": 20},
         }
@@ -492,6 +581,8 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
 
 def whole_error(protocol: str) -> tuple[int, dict[str, Any]]:
     """The protocol's transient HTTP error: its status and body."""
+    if protocol == "bedrock":
+        return 503, {"message": "hostile: service unavailable"}
     if protocol == "anthropic":
         error = {"type": "overloaded_error", "message": "Overloaded (hostile)"}
         return 529, {"type": "error", "error": error}
