@@ -24,6 +24,10 @@ network extras turned off.
   gemini-2.5-flash`.
 - `ai-sdk-chat`, `ai-sdk-responses`, `ai-sdk-anthropic`: `ai_sdk_agent.mjs` with
   `createOpenAI({baseURL}).chat(…)` / `.responses(…)` / `createAnthropic({baseURL})` (`…/v1`).
+- `ai-sdk-bedrock`, `ai-sdk-bedrock-anthropic`: `@ai-sdk/amazon-bedrock`'s
+  `createAmazonBedrock({baseURL, region, apiKey})` (ConverseStream) and
+  `createAmazonBedrockAnthropic(…)` (InvokeModelWithResponseStream), the host root as
+  `baseURL`, the placeholder key as a Bedrock API key (a bearer token).
 
 Claude Code refuses `--dangerously-skip-permissions` as root unless `IS_SANDBOX=1`; Gemini CLI
 refuses an untrusted folder headless unless `GEMINI_CLI_TRUST_WORKSPACE=true`, and without
@@ -58,6 +62,7 @@ PACKAGES: dict[str, str] = {
     "ai": "7.0.173",
     "@ai-sdk/openai": "4.0.118",
     "@ai-sdk/anthropic": "4.0.105",
+    "@ai-sdk/amazon-bedrock": "5.0.101",  # the registry's latest on 2026-12-05
 }
 
 PROMPT = "Create the marker file with your shell tool, then say done."
@@ -328,7 +333,8 @@ def _ai_sdk(flavour: str) -> Setup:
     def setup(installation: Installation, paths: RunPaths, base_url: str, key: str) -> Invocation:
         env = {**_base_env(paths), "HOSTILE_API_KEY": key}
         script = installation.root / AI_SDK_SCRIPT
-        argv = [_node(), str(script), flavour, f"{base_url}/v1", PROMPT]
+        base = base_url if flavour.startswith("bedrock") else f"{base_url}/v1"
+        argv = [_node(), str(script), flavour, base, PROMPT]
         return Invocation(argv, env, paths.work)
 
     return setup
@@ -348,6 +354,10 @@ AGENTS: dict[str, Agent] = {
         Agent("ai-sdk-chat", "ai-sdk", "chat", "bash", _ai_sdk("chat")),
         Agent("ai-sdk-responses", "ai-sdk", "responses", "bash", _ai_sdk("responses")),
         Agent("ai-sdk-anthropic", "ai-sdk", "anthropic", "bash", _ai_sdk("anthropic")),
+        Agent("ai-sdk-bedrock", "ai-sdk", "converse", "bash", _ai_sdk("bedrock")),
+        Agent(
+            "ai-sdk-bedrock-anthropic", "ai-sdk", "bedrock", "bash", _ai_sdk("bedrock-anthropic")
+        ),
     )
 }
 

@@ -552,7 +552,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for a in agents
         for v in vias
         for o in outcomes
-        if o not in EVENTSTREAM_BREAKS or AGENTS[a].protocol == "bedrock"
+        if o not in EVENTSTREAM_BREAKS or AGENTS[a].protocol in ("bedrock", "converse")
     ]
     print(f"{len(plan)} runs, {args.jobs} at a time, results in {out}", flush=True)
     if "proxy" in vias:

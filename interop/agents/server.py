@@ -105,6 +105,8 @@ def protocol_of(method: str, path: str) -> str | None:
         return "gemini"
     if "/model/" in trimmed and trimmed.endswith(("/invoke-with-response-stream", "/invoke")):
         return "bedrock"  # InvokeModel for Anthropic models: Anthropic's body, AWS's wire
+    if "/model/" in trimmed and trimmed.endswith(("/converse-stream", "/converse")):
+        return "converse"  # Bedrock's Converse API
     return None
 
 
@@ -143,7 +145,12 @@ class Exchange:
     def streaming(self) -> bool:
         """Whether the client asked for a stream (Gemini says it in the path)."""
         if self.path.endswith(
-            (":streamGenerateContent", ":streamRawPredict", "/invoke-with-response-stream")
+            (
+                ":streamGenerateContent",
+                ":streamRawPredict",
+                "/invoke-with-response-stream",
+                "/converse-stream",
+            )
         ):
             return True
         body = self.json_body()

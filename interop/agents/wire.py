@@ -1,4 +1,4 @@
-"""The five protocols as the hostile server speaks them: a `Script` (calls or a text answer,
+"""The six protocols as the hostile server speaks them: a `Script` (calls or a text answer,
 how the events end) rendered as the body's frames.
 
 Each renderer writes the events a real provider streams, in its order, with the fields the
@@ -21,7 +21,11 @@ message (`{"bytes": <base64 of the event's JSON>}`, `application/vnd.amazon.even
 encoded here (`eventstream_message`, both CRC32s), independent of lockgate's codec. Its
 in-stream error is an `exception` message (`modelStreamErrorException`); its own faults
 (`Script.fault`): `bad-crc` (the message after the calls with a wrong message CRC) and
-`cut-in-frame` (the body ends halfway through that message).
+`cut-in-frame` (the body ends halfway through that message). Bedrock ConverseStream
+(`converse`, the AI SDK's `@ai-sdk/amazon-bedrock`): its own events in the same event stream
+(`messageStart`, `contentBlockStart` `toolUse`, `contentBlockDelta` `input` fragments,
+`contentBlockStop`, `messageStop` with its stop reason, `metadata`), the faults on
+`messageStop`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ __all__ = [
     "RENDERERS",
     "Call",
     "Script",
+    "bedrock_chunk",
+    "converse_event",
+    "eventstream_exception",
     "eventstream_message",
     "sse_event",
     "whole_calls",
@@ -383,7 +390,7 @@ def eventstream_message(
     return message + struct.pack(">I", crc)
 
 
-def _chunk(event: dict[str, Any], *, bad_crc: bool = False) -> bytes:
+def bedrock_chunk(event: dict[str, Any], *, bad_crc: bool = False) -> bytes:
     payload = _json({"bytes": base64.b64encode(_json(event)).decode()})
     headers = [
         (":event-type", "chunk"),
@@ -393,7 +400,7 @@ def _chunk(event: dict[str, Any], *, bad_crc: bool = False) -> bytes:
     return eventstream_message(headers, payload, bad_crc=bad_crc)
 
 
-def _exception(kind: str, message: str) -> bytes:
+def eventstream_exception(kind: str, message: str) -> bytes:
     headers = [
         (":exception-type", kind),
         (":content-type", "application/json"),
@@ -414,18 +421,78 @@ def _bedrock(script: Script, serial: int) -> list[bytes]:
         data = next(line for line in frame.split(b"\n") if line.startswith(b"data: "))
         event = json.loads(data[len(b"data: ") :])
         if event.get("type") == "error":
-            frames.append(_exception("modelStreamErrorException", "hostile: model stream error"))
+            frames.append(
+                eventstream_exception("modelStreamErrorException", "hostile: model stream error")
+            )
             continue
         after_calls = event.get("type") == "message_delta" and not faulted
         if after_calls and script.fault == "bad-crc":
             faulted = True
-            frames.append(_chunk(event, bad_crc=True))
+            frames.append(bedrock_chunk(event, bad_crc=True))
             continue
         if after_calls and script.fault == "cut-in-frame":
-            whole = _chunk(event)
+            whole = bedrock_chunk(event)
             return [*frames, whole[: len(whole) // 2]]
-        frames.append(_chunk(event))
+        frames.append(bedrock_chunk(event))
     return frames
+
+
+# --- Bedrock ConverseStream -------------------------------------------------------------------
+
+
+def converse_event(name: str, payload: dict[str, Any], *, bad_crc: bool = False) -> bytes:
+    headers = [
+        (":event-type", name),
+        (":content-type", "application/json"),
+        (":message-type", "event"),
+    ]
+    return eventstream_message(headers, _json(payload), bad_crc=bad_crc)
+
+
+def _converse(script: Script, serial: int) -> list[bytes]:
+    """ConverseStream: `messageStart`, a text block's deltas, each call as `contentBlockStart`
+    (`toolUse`), two `input` fragments and `contentBlockStop`, then `messageStop` (its stop
+    reason) and `metadata`; the error an `exception` message; the script's fault on
+    `messageStop`."""
+    frames = [converse_event("messageStart", {"role": "assistant"})]
+    index = 0
+    if script.text is not None:
+        delta = {"contentBlockIndex": 0, "delta": {"text": script.text}}
+        frames.append(converse_event("contentBlockDelta", delta))
+        frames.append(converse_event("contentBlockStop", {"contentBlockIndex": 0}))
+        index = 1
+    for number, call in enumerate(script.calls):
+        last = number == len(script.calls) - 1
+        use = {"toolUseId": f"tooluse_hostile_{serial}_{number}", "name": call.name}
+        start = {"contentBlockIndex": index, "start": {"toolUse": use}}
+        frames.append(converse_event("contentBlockStart", start))
+        for piece in call.halves():
+            delta = {"contentBlockIndex": index, "delta": {"toolUse": {"input": piece}}}
+            frames.append(converse_event("contentBlockDelta", delta))
+            if script.cut and last:
+                return [*frames, PAUSE]
+        frames.append(converse_event("contentBlockStop", {"contentBlockIndex": index}))
+        frames.append(PAUSE)
+        index += 1
+    if script.terminal is Terminal.ERROR:
+        return [
+            *frames,
+            eventstream_exception("modelStreamErrorException", "hostile: model stream error"),
+        ]
+    if script.terminal is Terminal.NONE:
+        return frames
+    stop = {
+        Terminal.LIMIT: "max_tokens",
+        Terminal.MALFORMED: "malformed_tool_use",
+    }.get(script.terminal, "tool_use" if script.calls else "end_turn")
+    stop_message = converse_event(
+        "messageStop", {"stopReason": stop}, bad_crc=script.fault == "bad-crc"
+    )
+    if script.fault == "cut-in-frame":
+        return [*frames, stop_message[: len(stop_message) // 2]]
+    usage = {"inputTokens": 100, "outputTokens": 20, "totalTokens": 120}
+    metadata = {"usage": usage, "metrics": {"latencyMs": 10}}
+    return [*frames, stop_message, converse_event("metadata", metadata)]
 
 
 RENDERERS: dict[str, Callable[[Script, int], list[bytes]]] = {
@@ -434,13 +501,28 @@ RENDERERS: dict[str, Callable[[Script, int], list[bytes]]] = {
     "anthropic": _anthropic,
     "gemini": _gemini,
     "bedrock": _bedrock,
+    "converse": _converse,
 }
 # A stream's media type, where it is not SSE.
-CONTENT_TYPES = {"bedrock": "application/vnd.amazon.eventstream"}
+CONTENT_TYPES = {
+    "bedrock": "application/vnd.amazon.eventstream",
+    "converse": "application/vnd.amazon.eventstream",
+}
+
+
+def _converse_whole(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": stop,
+        "usage": {"inputTokens": 100, "outputTokens": 20, "totalTokens": 120},
+        "metrics": {"latencyMs": 10},
+    }
 
 
 def whole_text(protocol: str, text: str, model: str, serial: int) -> dict[str, Any]:
     """A whole (non-streaming) text answer in `protocol`."""
+    if protocol == "converse":
+        return _converse_whole([{"text": text}], "end_turn")
     if protocol == "responses":
         message: dict[str, Any] = {
             "id": f"msg_hostile_{serial}",
@@ -496,6 +578,20 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
     """A whole (non-streaming) answer with the script's calls, its stop reason the success
     or (`Terminal.LIMIT`) the output-token limit."""
     limit = script.terminal is Terminal.LIMIT
+    if protocol == "converse":
+        uses = [
+            {
+                "toolUse": {
+                    "toolUseId": f"tooluse_hostile_{serial}_{number}",
+                    "name": call.name,
+                    "input": call.argument_object(),
+                }
+            }
+            for number, call in enumerate(script.calls)
+        ]
+        malformed = script.terminal is Terminal.MALFORMED
+        stop = "max_tokens" if limit else "malformed_tool_use" if malformed else "tool_use"
+        return _converse_whole(uses, stop)
     if protocol == "responses":
         output: list[dict[str, Any]] = []
         for number, call in enumerate(script.calls):
@@ -581,7 +677,7 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
 
 def whole_error(protocol: str) -> tuple[int, dict[str, Any]]:
     """The protocol's transient HTTP error: its status and body."""
-    if protocol == "bedrock":
+    if protocol in ("bedrock", "converse"):
         return 503, {"message": "hostile: service unavailable"}
     if protocol == "anthropic":
         error = {"type": "overloaded_error", "message": "Overloaded (hostile)"}
