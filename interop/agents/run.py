@@ -8,8 +8,9 @@
 Installs the pinned agents (`agents.PACKAGES`) with npm into the cache folder (default
 `~/.cache/lockgate/interop-agents`, or `$LOCKGATE_INTEROP_CACHE`; skipped when they are
 there), then runs every agent x outcome (`complete`, the eight breaks and the four opening
-faults; `--outcomes gate`, `opening` or `grammar` (a Codex custom shell's grammar broken)
-for one group) x path: `direct` (the agent talks to
+faults; `--outcomes gate`, `opening`, `grammar` (a Codex custom shell's grammar broken) or
+`eventstream` (a bad CRC, a cut message, `malformed_tool_use`: run only for the agents that
+speak the AWS event stream) for one group) x path: `direct` (the agent talks to
 the hostile server) and `proxy` (`lockgate proxy --upstream SERVER`, its default flags plus
 `--proxy-args`, in between). Each run has its own server, its own proxy, its own temporary
 HOME and work folder, a placeholder key, and a timeout; the agent's process group is killed
@@ -437,7 +438,8 @@ def _parser() -> argparse.ArgumentParser:
         "--outcomes",
         default=",".join(o.value for o in Outcome),
         help="outcomes or groups, comma-separated (default all: gate (complete and the "
-        "eight breaks), opening (the four opening faults))",
+        "eight breaks), opening (the four opening faults), grammar, eventstream (the AWS "
+        "event stream's three breaks, Bedrock agents only))",
     )
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds per run (90)")
     parser.add_argument(
