@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -314,3 +315,78 @@ async def test_bedrock_runtimes_anthropic_path_is_gated_as_messages_and_signed()
     assert tool_events(data) == []  # no call of the batch was sent
     assert b"lockgate" in data.rsplit(b"event: error", 1)[1]  # the refusal is the last event
     assert len(seen) == 1  # signed right: the upstream answered (else a 403, no stream)
+
+
+# --- AWS's own host names, resolved to loopback -------------------------------------------------
+
+
+@pytest.fixture
+def aws_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AWS's host names resolve to 127.0.0.1 in this test (nothing leaves loopback), so a
+    route's upstream may name them: the host decides the control plane's host and the
+    service signed for."""
+    real = socket.getaddrinfo
+
+    def resolve(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host.endswith((".amazonaws.com", ".api.aws")):
+            host = "127.0.0.1"
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+
+
+@contextlib.asynccontextmanager
+async def aws_upstream(service: str) -> AsyncIterator[tuple[int, list[web.Request]]]:
+    """A loopback stand-in for AWS: 403 on a signature botocore does not recompute for
+    `service`, else the inference-profile list or (a model request) an Anthropic stream."""
+    assert ACCEPTED.reply is not None
+    stream = _anthropic_stream(ACCEPTED.reply)
+    seen: list[web.Request] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        seen.append(request)
+        problem = verify(request, await request.read(), service)
+        if problem is not None:
+            return web.json_response({"message": problem}, status=403)
+        if request.method == "GET":
+            return web.json_response({"inferenceProfileSummaries": []})
+        return web.Response(body=stream, content_type="text/event-stream")
+
+    async with serve_app(answer) as url:
+        yield int(url.rsplit(":", 1)[1]), seen
+
+
+@pytest.mark.usefixtures("aws_env", "aws_hosts")
+async def test_a_look_up_leaves_bedrock_runtime_for_the_control_planes_host() -> None:
+    async with aws_upstream("bedrock") as (port, seen):
+        runtime = f"http://bedrock-runtime.{REGION}.amazonaws.com:{port}"
+        async with serving(_settings(runtime)) as running:
+            bedrock = _control_client(running.url)
+            await asyncio.to_thread(bedrock.list_inference_profiles, typeEquals="SYSTEM_DEFINED")
+    [request] = seen
+    assert request.headers["host"] == f"bedrock.{REGION}.amazonaws.com:{port}"  # signed so
+
+
+@pytest.mark.usefixtures("aws_env", "aws_hosts")
+async def test_claude_codes_mantle_request_is_gated_and_signed_for_bedrock_mantle() -> None:
+    """Claude Code's Mantle mode (`CLAUDE_CODE_USE_MANTLE`) sends `POST
+    /anthropic/v1/messages?beta=true`: gated as Anthropic Messages, signed for
+    `bedrock-mantle` (a signature for `bedrock` would be a 403 here)."""
+    body = {**request_for("anthropic"), "stream": True}
+    async with aws_upstream("bedrock-mantle") as (port, seen):
+        mantle = f"http://bedrock-mantle.{REGION}.api.aws:{port}"
+        async with (
+            serving(_settings(mantle)) as running,
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{running.url}/anthropic/v1/messages?beta=true",
+                json=body,
+                headers={"x-lockgate-token": TOKEN, "anthropic-version": "2023-06-01"},
+            ) as response,
+        ):
+            data = await response.read()
+    assert response.status == 200
+    assert len(tool_events(data)) >= 2  # both calls released: signed right, and gated
+    [request] = seen
+    assert request.headers["host"] == f"bedrock-mantle.{REGION}.api.aws:{port}"
+    assert f"/{REGION}/bedrock-mantle/aws4_request" in request.headers["authorization"]
