@@ -6,6 +6,14 @@ network extras turned off.
 - `claude-vertex`: Anthropic on Vertex AI (`…/publishers/anthropic/models/{m}:streamRawPredict`);
   `CLAUDE_CODE_USE_VERTEX=1`, `ANTHROPIC_VERTEX_BASE_URL` (`…/v1`), a made-up project and
   region, `CLAUDE_CODE_SKIP_VERTEX_AUTH=1` (no Google credentials, no auth header at all).
+- `claude-bedrock`: Anthropic on Bedrock (`…/model/{m}/invoke-with-response-stream`, the AWS
+  event stream); `CLAUDE_CODE_USE_BEDROCK=1`, `ANTHROPIC_BEDROCK_BASE_URL` (the host root),
+  `AWS_REGION`, `CLAUDE_CODE_SKIP_BEDROCK_AUTH=1` (no AWS credentials, no auth header). It
+  also sends `GET /inference-profiles?type=SYSTEM_DEFINED` (the control plane) there.
+- `claude-mantle`: Anthropic Messages on Bedrock's Mantle endpoint
+  (`…/anthropic/v1/messages?beta=true`); `CLAUDE_CODE_USE_MANTLE=1`,
+  `ANTHROPIC_BEDROCK_MANTLE_BASE_URL` (`…/anthropic`), `AWS_REGION`,
+  `CLAUDE_CODE_SKIP_MANTLE_AUTH=1`.
 - `codex`: Responses, the default model (its shell is the custom `exec` tool); a
   `[model_providers.hostile]` block with `base_url` (`…/v1`), `wire_api = "responses"` and
   `env_key`.
@@ -16,6 +24,10 @@ network extras turned off.
   gemini-2.5-flash`.
 - `ai-sdk-chat`, `ai-sdk-responses`, `ai-sdk-anthropic`: `ai_sdk_agent.mjs` with
   `createOpenAI({baseURL}).chat(…)` / `.responses(…)` / `createAnthropic({baseURL})` (`…/v1`).
+- `ai-sdk-bedrock`, `ai-sdk-bedrock-anthropic`: `@ai-sdk/amazon-bedrock`'s
+  `createAmazonBedrock({baseURL, region, apiKey})` (ConverseStream) and
+  `createAmazonBedrockAnthropic(…)` (InvokeModelWithResponseStream), the host root as
+  `baseURL`, the placeholder key as a Bedrock API key (a bearer token).
 
 Claude Code refuses `--dangerously-skip-permissions` as root unless `IS_SANDBOX=1`; Gemini CLI
 refuses an untrusted folder headless unless `GEMINI_CLI_TRUST_WORKSPACE=true`, and without
@@ -50,6 +62,7 @@ PACKAGES: dict[str, str] = {
     "ai": "7.0.173",
     "@ai-sdk/openai": "4.0.118",
     "@ai-sdk/anthropic": "4.0.105",
+    "@ai-sdk/amazon-bedrock": "5.0.101",  # the registry's latest on 2026-12-05
 }
 
 PROMPT = "Create the marker file with your shell tool, then say done."
@@ -212,6 +225,28 @@ def _claude_vertex(
     return Invocation(_claude_argv(installation), env, paths.work)
 
 
+def _claude_bedrock(
+    installation: Installation, paths: RunPaths, base_url: str, key: str
+) -> Invocation:
+    env = {**_base_env(paths), **_CLAUDE_QUIET}
+    env["CLAUDE_CODE_USE_BEDROCK"] = "1"
+    env["CLAUDE_CODE_SKIP_BEDROCK_AUTH"] = "1"  # no AWS credentials: no auth header at all
+    env["ANTHROPIC_BEDROCK_BASE_URL"] = base_url
+    env["AWS_REGION"] = "us-east-1"
+    return Invocation(_claude_argv(installation), env, paths.work)
+
+
+def _claude_mantle(
+    installation: Installation, paths: RunPaths, base_url: str, key: str
+) -> Invocation:
+    env = {**_base_env(paths), **_CLAUDE_QUIET}
+    env["CLAUDE_CODE_USE_MANTLE"] = "1"
+    env["CLAUDE_CODE_SKIP_MANTLE_AUTH"] = "1"
+    env["ANTHROPIC_BEDROCK_MANTLE_BASE_URL"] = f"{base_url}/anthropic"
+    env["AWS_REGION"] = "us-east-1"
+    return Invocation(_claude_argv(installation), env, paths.work)
+
+
 # --- Codex -----------------------------------------------------------------------------------
 
 _CODEX_QUIET = """check_for_update_on_startup = false
@@ -298,7 +333,8 @@ def _ai_sdk(flavour: str) -> Setup:
     def setup(installation: Installation, paths: RunPaths, base_url: str, key: str) -> Invocation:
         env = {**_base_env(paths), "HOSTILE_API_KEY": key}
         script = installation.root / AI_SDK_SCRIPT
-        argv = [_node(), str(script), flavour, f"{base_url}/v1", PROMPT]
+        base = base_url if flavour.startswith("bedrock") else f"{base_url}/v1"
+        argv = [_node(), str(script), flavour, base, PROMPT]
         return Invocation(argv, env, paths.work)
 
     return setup
@@ -309,6 +345,8 @@ AGENTS: dict[str, Agent] = {
     for agent in (
         Agent("claude", "claude", "anthropic", "Bash", _claude),
         Agent("claude-vertex", "claude", "anthropic (vertex)", "Bash", _claude_vertex),
+        Agent("claude-bedrock", "claude", "bedrock", "Bash", _claude_bedrock),
+        Agent("claude-mantle", "claude", "anthropic (mantle)", "Bash", _claude_mantle),
         Agent("codex", "codex", "responses", "exec (custom)", _codex_provider(None)),
         Agent("codex-gpt-5.5", "codex", "responses", "exec_command", _codex_provider("gpt-5.5")),
         Agent("codex-builtin", "codex", "responses", "exec (custom)", _codex_builtin),
@@ -316,6 +354,10 @@ AGENTS: dict[str, Agent] = {
         Agent("ai-sdk-chat", "ai-sdk", "chat", "bash", _ai_sdk("chat")),
         Agent("ai-sdk-responses", "ai-sdk", "responses", "bash", _ai_sdk("responses")),
         Agent("ai-sdk-anthropic", "ai-sdk", "anthropic", "bash", _ai_sdk("anthropic")),
+        Agent("ai-sdk-bedrock", "ai-sdk", "converse", "bash", _ai_sdk("bedrock")),
+        Agent(
+            "ai-sdk-bedrock-anthropic", "ai-sdk", "bedrock", "bash", _ai_sdk("bedrock-anthropic")
+        ),
     )
 }
 

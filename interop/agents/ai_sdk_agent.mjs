@@ -1,10 +1,12 @@
 // A minimal agent on the Vercel AI SDK, as its documentation writes one: `streamText` with
 // one `bash` tool whose `execute` runs the command, a step limit, the default retries.
 //
-//   node ai_sdk_agent.mjs chat|responses|anthropic BASE_URL "prompt"
+//   node ai_sdk_agent.mjs chat|responses|anthropic|bedrock|bedrock-anthropic BASE_URL "prompt"
 //
-// The key comes from HOSTILE_API_KEY. Runs from a folder whose node_modules holds `ai`,
-// `@ai-sdk/openai` and `@ai-sdk/anthropic` (the runner copies it into its cache folder).
+// The key comes from HOSTILE_API_KEY (for `bedrock…`, a Bedrock API key: a bearer token).
+// Runs from a folder whose node_modules holds `ai`, `@ai-sdk/openai` and `@ai-sdk/anthropic`,
+// and for `bedrock` (ConverseStream) and `bedrock-anthropic` (InvokeModelWithResponseStream)
+// `@ai-sdk/amazon-bedrock` (the runner copies this script into its cache folder).
 // Prints every tool call, tool result, error and the text, one line each, then
 // `finished: <reason>` or `failed: <error>`.
 import { execSync } from "node:child_process";
@@ -16,7 +18,17 @@ import { jsonSchema, stepCountIs, streamText, tool } from "ai";
 const [flavour, baseURL, prompt] = process.argv.slice(2);
 const apiKey = process.env.HOSTILE_API_KEY ?? "placeholder";
 
-function model() {
+async function model() {
+  if (flavour === "bedrock") {
+    const { createAmazonBedrock } = await import("@ai-sdk/amazon-bedrock");
+    const bedrock = createAmazonBedrock({ baseURL, region: "us-east-1", apiKey });
+    return bedrock("us.anthropic.claude-sonnet-4-5-20250929-v1:0");
+  }
+  if (flavour === "bedrock-anthropic") {
+    const { createAmazonBedrockAnthropic } = await import("@ai-sdk/amazon-bedrock/anthropic");
+    const bedrock = createAmazonBedrockAnthropic({ baseURL, region: "us-east-1", apiKey });
+    return bedrock("us.anthropic.claude-sonnet-4-5-20250929-v1:0");
+  }
   if (flavour === "anthropic") {
     return createAnthropic({ baseURL, apiKey })("claude-sonnet-4-5");
   }
@@ -44,7 +56,7 @@ const bash = tool({
 
 try {
   const result = streamText({
-    model: model(),
+    model: await model(),
     tools: { bash },
     stopWhen: stepCountIs(4),
     prompt,

@@ -34,6 +34,10 @@ The frames (`today` is what `refusal_frame` in `providers/<name>/gateway.py` sen
   `finish-other` and `malformed-call` (a candidate with `finishReason` `OTHER` /
   `MALFORMED_FUNCTION_CALL` and the reason as its `finishMessage`), `blocked`
   (`promptFeedback.blockReason: OTHER` with the reason as `blockReasonMessage`), `end`.
+- Bedrock invoke (`bedrock`: Anthropic events in `chunk` messages) and ConverseStream
+  (`converse`): `exception-model-stream` (today's refusal: an `exception` message,
+  `modelStreamErrorException`), `exception-unavailable` (today's transient refusal:
+  `serviceUnavailableException`), `end`.
 - Every protocol: `http-502`, no stream at all but 502 and the protocol's error body (what
   the proxy answers a refused whole response with; possible for a stream only while the
   proxy has sent nothing).
@@ -64,7 +68,7 @@ from .run import (
 )
 from .server import Exchange, FramesReply, Reply, Responder, WholeReply, text_reply
 from .tools import has_tool_result, shell_calls
-from .wire import PAUSE, sse_event
+from .wire import PAUSE, bedrock_chunk, converse_event, eventstream_exception, sse_event
 
 __all__ = ["FRAMES", "REASON", "RefusalFrame", "main"]
 
@@ -239,6 +243,35 @@ def _gemini(kind: str) -> Callable[[str, int], list[bytes]]:
     return build
 
 
+def _eventstream(protocol: str, kind: str) -> Callable[[str, int], list[bytes]]:
+    exceptions = {
+        "exception-model-stream": "modelStreamErrorException",
+        "exception-unavailable": "serviceUnavailableException",
+    }
+
+    def build(model: str, serial: int) -> list[bytes]:
+        if protocol == "bedrock":
+            message: dict[str, Any] = {
+                "id": f"msg_hostile_{serial}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 100, "output_tokens": 1},
+            }
+            frames = [bedrock_chunk({"type": "message_start", "message": message})]
+        else:
+            frames = [converse_event("messageStart", {"role": "assistant"})]
+        exception = exceptions.get(kind)
+        if exception is not None:
+            frames.append(eventstream_exception(exception, REASON))
+        return frames
+
+    return build
+
+
 def _nothing(model: str, serial: int) -> list[bytes]:
     del model, serial
     return []
@@ -268,8 +301,13 @@ FRAMES: tuple[RefusalFrame, ...] = (
     RefusalFrame("gemini", "blocked", False, _gemini("blocked")),
     RefusalFrame("gemini", "end", False, _gemini("end")),
     *(
+        RefusalFrame(protocol, kind, kind != "end", _eventstream(protocol, kind))
+        for protocol in ("bedrock", "converse")
+        for kind in ("exception-model-stream", "exception-unavailable", "end")
+    ),
+    *(
         RefusalFrame(protocol, "http-502", False, _nothing, status=502)
-        for protocol in ("responses", "chat", "anthropic", "gemini")
+        for protocol in ("responses", "chat", "anthropic", "gemini", "bedrock", "converse")
     ),
 )
 
@@ -306,13 +344,15 @@ class FrameResponder:
 
 
 # How many events the proxy forwards before it holds (the rest of each body is the frame).
-_FORWARDED = {"responses": 2, "chat": 1, "anthropic": 1, "gemini": 0}
+_FORWARDED = {"responses": 2, "chat": 1, "anthropic": 1, "gemini": 0, "bedrock": 1, "converse": 1}
 
 
 def whole_refusal(protocol: str) -> dict[str, Any]:
     """The error body the proxy answers a refused whole response with (status 502)."""
     if protocol == "anthropic":
         return {"type": "error", "error": {"type": "api_error", "message": REASON}}
+    if protocol in ("bedrock", "converse"):
+        return {"message": REASON, "__type": "ModelErrorException"}
     if protocol == "gemini":
         return {"error": {"code": 502, "message": REASON, "status": "UNAVAILABLE"}}
     error = {"type": "server_error", "code": "lockgate_stream_ended", "message": REASON}

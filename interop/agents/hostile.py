@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from .outcomes import Ending, Opening, Outcome
 from .server import Exchange, NoAnswer, Reply, Responder, StreamReply, WholeReply, text_reply
@@ -63,7 +64,7 @@ class HostileResponder:
         protocol = exchange.protocol
         if calls is None or body is None or protocol is None:
             return text_reply(exchange)
-        model = body.get("model")
+        model = body.get("model") or _path_model(exchange.path)
         model_name = model if isinstance(model, str) else "hostile-model"
         outcome = self.outcome
         script_calls: tuple[Call, ...] = (calls.run,)
@@ -80,6 +81,7 @@ class HostileResponder:
             cut=outcome is Outcome.EOF_INSIDE_ARGS,
             terminal=outcome.terminal,
             model=model_name,
+            fault=_FAULTS.get(outcome),
         )
         label = f"{case}: {calls.run.name}" + (
             f" + {script_calls[1].name}" if len(script_calls) > 1 else ""
@@ -89,7 +91,19 @@ class HostileResponder:
         return _whole(protocol, script, outcome, exchange.serial, f"{label} (whole)")
 
 
+# The event stream's own faults, in a stream (`wire._bedrock`).
+_FAULTS = {Outcome.BAD_CRC: "bad-crc", Outcome.CUT_IN_FRAME: "cut-in-frame"}
+
+
+def _path_model(path: str) -> str | None:
+    """Bedrock's model, from `…/model/{id}/invoke…` (its body names none)."""
+    _, found, rest = path.partition("/model/")
+    return unquote(rest.split("/", 1)[0]) if found else None
+
+
 def _whole(protocol: str, script: Script, outcome: Outcome, serial: int, label: str) -> Reply:
+    if outcome in _FAULTS:  # a whole answer has no frames: its body cut instead
+        return WholeReply(whole_calls(protocol, script, serial), label=label, cut=0.9)
     if outcome is Outcome.IN_STREAM_ERROR:
         status, error = whole_error(protocol)
         return WholeReply(error, status, label)

@@ -38,13 +38,28 @@ survives the fault runs the command and finishes:
 
 There the marker is the wanted end: it says the agent (or the proxy for it) got past the
 fault.
+
+Three more breaks, in the group `eventstream`, exist only in the AWS event stream (Bedrock's
+`invoke-with-response-stream`; run only for an agent that speaks it): `bad-crc` (the message
+after the call carries a wrong CRC, then the rest as `complete`), `cut-in-frame` (the body
+ends halfway through that message) and `malformed-tool-use` (the stop reason
+`malformed_tool_use`, Bedrock's own verdict on the call).
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["BREAKS", "GROUPS", "OPENING_FAULTS", "Ending", "Opening", "Outcome", "Terminal"]
+__all__ = [
+    "BREAKS",
+    "EVENTSTREAM_BREAKS",
+    "GROUPS",
+    "OPENING_FAULTS",
+    "Ending",
+    "Opening",
+    "Outcome",
+    "Terminal",
+]
 
 
 class Outcome(enum.Enum):
@@ -58,6 +73,9 @@ class Outcome(enum.Enum):
     IN_STREAM_ERROR = "in-stream-error"
     OUTPUT_LIMIT = "output-limit"
     STALL = "stall"
+    BAD_CRC = "bad-crc"
+    CUT_IN_FRAME = "cut-in-frame"
+    MALFORMED_TOOL_USE = "malformed-tool-use"
     RATE_LIMITED_ONCE = "429-once"
     SERVER_ERROR_ONCE = "500-once"
     RESET_BEFORE_HEAD_ONCE = "reset-before-head-once"
@@ -78,8 +96,12 @@ class Outcome(enum.Enum):
             Outcome.SECOND_CALL_INVALID,
             Outcome.SECOND_CALL_UNKNOWN,
             Outcome.SECOND_CALL_UNGRAMMATICAL,
+            Outcome.BAD_CRC,  # the fault is in the framing, not the events
+            Outcome.CUT_IN_FRAME,
         ):
             return Terminal.SUCCESS
+        if self is Outcome.MALFORMED_TOOL_USE:
+            return Terminal.MALFORMED
         if self is Outcome.IN_STREAM_ERROR:
             return Terminal.ERROR
         if self is Outcome.OUTPUT_LIMIT:
@@ -119,6 +141,7 @@ class Terminal(enum.Enum):
     NONE = "none"
     ERROR = "error"
     LIMIT = "limit"
+    MALFORMED = "malformed"  # Bedrock's `malformed_tool_use` stop reason
 
 
 class Ending(enum.Enum):
@@ -128,13 +151,23 @@ class Ending(enum.Enum):
 
 
 OPENING_FAULTS: tuple[Outcome, ...] = tuple(_OPENINGS)
+# Breaks only the AWS event stream has (Bedrock agents only; another agent is not run with
+# them): a message with a bad CRC, a body cut inside a message, `malformed_tool_use`.
+EVENTSTREAM_BREAKS: tuple[Outcome, ...] = (
+    Outcome.BAD_CRC,
+    Outcome.CUT_IN_FRAME,
+    Outcome.MALFORMED_TOOL_USE,
+)
 BREAKS: tuple[Outcome, ...] = tuple(
     o
     for o in Outcome
-    if o not in (Outcome.COMPLETE, Outcome.SECOND_CALL_UNGRAMMATICAL) and o not in _OPENINGS
+    if o not in (Outcome.COMPLETE, Outcome.SECOND_CALL_UNGRAMMATICAL)
+    and o not in _OPENINGS
+    and o not in EVENTSTREAM_BREAKS
 )
 GROUPS: dict[str, tuple[Outcome, ...]] = {
     "gate": (Outcome.COMPLETE, *BREAKS),  # the complete response and the eight breaks
     "opening": OPENING_FAULTS,  # the four faults before the first byte, once
     "grammar": (Outcome.SECOND_CALL_UNGRAMMATICAL,),  # a custom shell's grammar broken
+    "eventstream": EVENTSTREAM_BREAKS,  # the AWS event stream's own breaks (Bedrock agents)
 }

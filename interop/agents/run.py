@@ -8,8 +8,9 @@
 Installs the pinned agents (`agents.PACKAGES`) with npm into the cache folder (default
 `~/.cache/lockgate/interop-agents`, or `$LOCKGATE_INTEROP_CACHE`; skipped when they are
 there), then runs every agent x outcome (`complete`, the eight breaks and the four opening
-faults; `--outcomes gate`, `opening` or `grammar` (a Codex custom shell's grammar broken)
-for one group) x path: `direct` (the agent talks to
+faults; `--outcomes gate`, `opening`, `grammar` (a Codex custom shell's grammar broken) or
+`eventstream` (a bad CRC, a cut message, `malformed_tool_use`: run only for the agents that
+speak the AWS event stream) for one group) x path: `direct` (the agent talks to
 the hostile server) and `proxy` (`lockgate proxy --upstream SERVER`, its default flags plus
 `--proxy-args`, in between). Each run has its own server, its own proxy, its own temporary
 HOME and work folder, a placeholder key, and a timeout; the agent's process group is killed
@@ -50,7 +51,7 @@ from typing import Any, TypeVar
 from .agents import AGENTS, GROUPS, PACKAGES, Agent, Installation, RunPaths
 from .hostile import responder_for
 from .install import UsageError, default_cache, install, prepare
-from .outcomes import BREAKS, OPENING_FAULTS, Outcome
+from .outcomes import BREAKS, EVENTSTREAM_BREAKS, OPENING_FAULTS, Outcome
 from .outcomes import GROUPS as OUTCOME_GROUPS
 from .processes import (
     ProxyProcess,
@@ -248,7 +249,7 @@ def _ran_label(result: RunResult | None) -> str:
 
 
 # the breaks a table counts: the eight of the `gate` group and, where it was run, the grammar
-TABLED_BREAKS = (*BREAKS, Outcome.SECOND_CALL_UNGRAMMATICAL)
+TABLED_BREAKS = (*BREAKS, Outcome.SECOND_CALL_UNGRAMMATICAL, *EVENTSTREAM_BREAKS)
 
 
 def summary_table(results: Sequence[RunResult], agents: Sequence[str]) -> str:
@@ -437,7 +438,8 @@ def _parser() -> argparse.ArgumentParser:
         "--outcomes",
         default=",".join(o.value for o in Outcome),
         help="outcomes or groups, comma-separated (default all: gate (complete and the "
-        "eight breaks), opening (the four opening faults))",
+        "eight breaks), opening (the four opening faults), grammar, eventstream (the AWS "
+        "event stream's three breaks, Bedrock agents only))",
     )
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds per run (90)")
     parser.add_argument(
@@ -547,7 +549,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         description,
         args.functions_namespace,
     )
-    plan = [(AGENTS[a], o, v) for a in agents for v in vias for o in outcomes]
+    plan = [
+        (AGENTS[a], o, v)
+        for a in agents
+        for v in vias
+        for o in outcomes
+        if o not in EVENTSTREAM_BREAKS or AGENTS[a].protocol in ("bedrock", "converse")
+    ]
     print(f"{len(plan)} runs, {args.jobs} at a time, results in {out}", flush=True)
     if "proxy" in vias:
         print(f"proxy: {description}", flush=True)

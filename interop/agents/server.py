@@ -8,7 +8,8 @@ stops), either after an answer's first bytes or instead of any (`NoAnswer`). Whi
 protocol a request speaks comes from its method and path (`protocol_of`); a WebSocket
 upgrade (`GET …/responses`, `Upgrade: websocket`) is answered with a configured status and
 never upgraded; any other request is recorded and answered 404 (token counts get a small
-count).
+count, Bedrock's `GET /inference-profiles` an empty list). A Bedrock stream is the AWS event
+stream (`wire.CONTENT_TYPES`), chunked like the others.
 
 Every request is recorded with its credentials masked (`mask_headers`, `mask_query`): the
 `authorization`, `x-api-key`, `x-goog-api-key`, `api-key` and cookie headers, and the `key`
@@ -32,7 +33,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from .outcomes import Ending
-from .wire import PAUSE, RENDERERS, Script, whole_text
+from .wire import CONTENT_TYPES, PAUSE, RENDERERS, Script, whole_text
 
 __all__ = [
     "Exchange",
@@ -102,6 +103,10 @@ def protocol_of(method: str, path: str) -> str | None:
         return "anthropic"
     if trimmed.endswith((":streamGenerateContent", ":generateContent")):
         return "gemini"
+    if "/model/" in trimmed and trimmed.endswith(("/invoke-with-response-stream", "/invoke")):
+        return "bedrock"  # InvokeModel for Anthropic models: Anthropic's body, AWS's wire
+    if "/model/" in trimmed and trimmed.endswith(("/converse-stream", "/converse")):
+        return "converse"  # Bedrock's Converse API
     return None
 
 
@@ -139,7 +144,14 @@ class Exchange:
 
     def streaming(self) -> bool:
         """Whether the client asked for a stream (Gemini says it in the path)."""
-        if self.path.endswith(":streamGenerateContent") or self.path.endswith(":streamRawPredict"):
+        if self.path.endswith(
+            (
+                ":streamGenerateContent",
+                ":streamRawPredict",
+                "/invoke-with-response-stream",
+                "/converse-stream",
+            )
+        ):
             return True
         body = self.json_body()
         return bool(body and body.get("stream") is True)
@@ -368,6 +380,9 @@ class HostileServer:
             return WholeReply({"input_tokens": 10}, label="token count")
         if exchange.method == "POST" and path.endswith(":countTokens"):
             return WholeReply({"totalTokens": 10}, label="token count")
+        if exchange.method == "GET" and path.rstrip("/").endswith("/inference-profiles"):
+            # Bedrock's ListInferenceProfiles (Claude Code on Bedrock asks at start)
+            return WholeReply({"inferenceProfileSummaries": []}, label="inference profiles")
         if exchange.protocol is None:
             return StatusReply(404, f"no route for {exchange.method} {path}", "not found")
         return self.responder(exchange)
@@ -436,9 +451,10 @@ class HostileServer:
         else:
             protocol = exchange.protocol or "responses"
             frames = RENDERERS[protocol](reply.script, exchange.serial)
+        media = CONTENT_TYPES.get(exchange.protocol or "", "text/event-stream; charset=utf-8")
         head = (
             "HTTP/1.1 200 OK\r\n"
-            "content-type: text/event-stream; charset=utf-8\r\n"
+            f"content-type: {media}\r\n"
             "cache-control: no-cache\r\n"
             f"x-request-id: req_hostile_{exchange.serial}\r\n"
             "transfer-encoding: chunked\r\n"

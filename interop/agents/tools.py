@@ -3,7 +3,8 @@ the hostile server makes with them.
 
 Where each protocol declares tools: Responses in the top-level `tools` and in the input
 items that carry tools (Codex's `additional_tools`), `namespace` groups flattened with their
-namespace kept; Chat `tools[].function`; Anthropic `tools[]` (`input_schema`); Gemini
+namespace kept; Chat `tools[].function`; Anthropic `tools[]` (`input_schema`; Bedrock's
+invoke body too); Bedrock Converse `toolConfig.tools[].toolSpec` (`inputSchema.json`); Gemini
 `tools[].functionDeclarations[]` (`parametersJsonSchema` or `parameters`).
 
 The shells the agents declare (the first one found wins):
@@ -73,7 +74,11 @@ def _responses_tools(entries: object, namespace: str | None = None) -> Iterator[
 
 def declared_tools(protocol: str, body: dict[str, Any]) -> list[DeclaredTool]:
     """Every client tool the request declares (built-in tools left out)."""
+    protocol = "anthropic" if protocol == "bedrock" else protocol  # Anthropic's body
     tools = body.get("tools")
+    if protocol == "converse":  # Bedrock Converse: toolConfig.tools[].toolSpec
+        config = body.get("toolConfig")
+        tools = config.get("tools") if isinstance(config, dict) else None
     if protocol == "responses":
         found = list(_responses_tools(tools))
         items = body.get("input")
@@ -97,6 +102,13 @@ def declared_tools(protocol: str, body: dict[str, Any]) -> list[DeclaredTool]:
         elif protocol == "anthropic":
             if isinstance(entry.get("name"), str) and "input_schema" in entry:
                 found.append(DeclaredTool(entry["name"], False, None, entry["input_schema"]))
+        elif protocol == "converse":
+            spec = entry.get("toolSpec")
+            if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+                schema = spec.get("inputSchema")
+                found.append(
+                    DeclaredTool(spec["name"], False, None, schema.get("json") if schema else None)
+                )
         elif protocol == "gemini":
             for declaration in entry.get("functionDeclarations") or []:
                 if isinstance(declaration, dict) and isinstance(declaration.get("name"), str):
@@ -118,12 +130,20 @@ def has_tool_result(protocol: str, body: dict[str, Any]) -> bool:
         return isinstance(messages, list) and any(
             isinstance(message, dict) and message.get("role") == "tool" for message in messages
         )
-    if protocol == "anthropic":
+    if protocol in ("anthropic", "bedrock"):
         messages = body.get("messages")
         if not isinstance(messages, list):
             return False
         return any(
             isinstance(block, dict) and block.get("type") == "tool_result"
+            for message in messages
+            if isinstance(message, dict) and isinstance(message.get("content"), list)
+            for block in message["content"]
+        )
+    if protocol == "converse":
+        messages = body.get("messages")
+        return isinstance(messages, list) and any(
+            isinstance(block, dict) and "toolResult" in block
             for message in messages
             if isinstance(message, dict) and isinstance(message.get("content"), list)
             for block in message["content"]

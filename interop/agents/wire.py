@@ -1,4 +1,4 @@
-"""The four protocols as the hostile server speaks them: a `Script` (calls or a text answer,
+"""The six protocols as the hostile server speaks them: a `Script` (calls or a text answer,
 how the events end) rendered as the body's frames.
 
 Each renderer writes the events a real provider streams, in its order, with the fields the
@@ -14,6 +14,10 @@ The terminal events: Responses `response.completed` / `response.incomplete`
 `message_delta` + `message_stop` (`tool_use`/`end_turn`/`max_tokens`), its error `event:
 error` (`overloaded_error`); Gemini a last chunk with `finishReason` `STOP`/`MAX_TOKENS`, its
 error a `data: {"error": …}` chunk.
+
+Bedrock's InvokeModelWithResponseStream (`bedrock`: the Anthropic events in `chunk` messages)
+and ConverseStream (`converse`) are in the AWS event stream (`eventstream_wire`, with the
+event stream's own faults, `Script.fault`); their whole answers and errors are here.
 """
 
 from __future__ import annotations
@@ -24,13 +28,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import eventstream_wire
+from .eventstream_wire import (
+    bedrock_chunk,
+    converse_event,
+    eventstream_exception,
+    eventstream_message,
+)
 from .outcomes import Terminal
 
 __all__ = [
+    "CONTENT_TYPES",
     "PAUSE",
     "RENDERERS",
     "Call",
     "Script",
+    "bedrock_chunk",
+    "converse_event",
+    "eventstream_exception",
+    "eventstream_message",
     "sse_event",
     "whole_calls",
     "whole_error",
@@ -69,6 +85,7 @@ class Script:
     cut: bool = False  # end inside the last call's arguments (nothing after them)
     terminal: Terminal = Terminal.SUCCESS
     model: str = _MODEL_FALLBACK
+    fault: str | None = None  # an event-stream fault (`bedrock` only): "bad-crc", "cut-in-frame"
 
 
 def _json(value: object) -> bytes:
@@ -295,6 +312,8 @@ def _anthropic(script: Script, serial: int) -> list[bytes]:
         return frames
     if script.terminal is Terminal.LIMIT:
         stop = "max_tokens"
+    elif script.terminal is Terminal.MALFORMED:
+        stop = "malformed_tool_use"  # Bedrock's own verdict on the call
     else:
         stop = "tool_use" if script.calls else "end_turn"
     finish: dict[str, Any] = {"stop_reason": stop, "stop_sequence": None}
@@ -346,16 +365,38 @@ def _gemini(script: Script, serial: int) -> list[bytes]:
     return frames
 
 
+def _bedrock(script: Script, serial: int) -> list[bytes]:
+    return eventstream_wire.bedrock(script, serial, _anthropic)
+
+
 RENDERERS: dict[str, Callable[[Script, int], list[bytes]]] = {
     "responses": _responses,
     "chat": _chat,
     "anthropic": _anthropic,
     "gemini": _gemini,
+    "bedrock": _bedrock,
+    "converse": eventstream_wire.converse,
 }
+# A stream's media type, where it is not SSE.
+CONTENT_TYPES = {
+    "bedrock": "application/vnd.amazon.eventstream",
+    "converse": "application/vnd.amazon.eventstream",
+}
+
+
+def _converse_whole(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+    return {
+        "output": {"message": {"role": "assistant", "content": content}},
+        "stopReason": stop,
+        "usage": {"inputTokens": 100, "outputTokens": 20, "totalTokens": 120},
+        "metrics": {"latencyMs": 10},
+    }
 
 
 def whole_text(protocol: str, text: str, model: str, serial: int) -> dict[str, Any]:
     """A whole (non-streaming) text answer in `protocol`."""
+    if protocol == "converse":
+        return _converse_whole([{"text": text}], "end_turn")
     if protocol == "responses":
         message: dict[str, Any] = {
             "id": f"msg_hostile_{serial}",
@@ -387,7 +428,7 @@ def whole_text(protocol: str, text: str, model: str, serial: int) -> dict[str, A
             "choices": [choice],
             "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
         }
-    if protocol == "anthropic":
+    if protocol in ("anthropic", "bedrock"):
         return {
             "id": f"msg_hostile_{serial}",
             "type": "message",
@@ -411,6 +452,20 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
     """A whole (non-streaming) answer with the script's calls, its stop reason the success
     or (`Terminal.LIMIT`) the output-token limit."""
     limit = script.terminal is Terminal.LIMIT
+    if protocol == "converse":
+        uses = [
+            {
+                "toolUse": {
+                    "toolUseId": f"tooluse_hostile_{serial}_{number}",
+                    "name": call.name,
+                    "input": call.argument_object(),
+                }
+            }
+            for number, call in enumerate(script.calls)
+        ]
+        malformed = script.terminal is Terminal.MALFORMED
+        stop = "max_tokens" if limit else "malformed_tool_use" if malformed else "tool_use"
+        return _converse_whole(uses, stop)
     if protocol == "responses":
         output: list[dict[str, Any]] = []
         for number, call in enumerate(script.calls):
@@ -457,7 +512,7 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
             "choices": [choice],
             "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
         }
-    if protocol == "anthropic":
+    if protocol in ("anthropic", "bedrock"):
         blocks = [
             {
                 "type": "tool_use",
@@ -473,7 +528,11 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
             "role": "assistant",
             "model": script.model,
             "content": blocks,
-            "stop_reason": "max_tokens" if limit else "tool_use",
+            "stop_reason": "max_tokens"
+            if limit
+            else "malformed_tool_use"
+            if script.terminal is Terminal.MALFORMED
+            else "tool_use",
             "stop_sequence": None,
             "usage": {"input_tokens": 100, "output_tokens": 20},
         }
@@ -492,6 +551,8 @@ def whole_calls(protocol: str, script: Script, serial: int) -> dict[str, Any]:
 
 def whole_error(protocol: str) -> tuple[int, dict[str, Any]]:
     """The protocol's transient HTTP error: its status and body."""
+    if protocol in ("bedrock", "converse"):
+        return 503, {"message": "hostile: service unavailable"}
     if protocol == "anthropic":
         error = {"type": "overloaded_error", "message": "Overloaded (hostile)"}
         return 529, {"type": "error", "error": error}

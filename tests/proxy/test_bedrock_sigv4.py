@@ -69,9 +69,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SESSION_TOKEN", SESSION)
 
 
-def verify(request: web.Request, body: bytes) -> str | None:
+def verify(request: web.Request, body: bytes, service: str = "bedrock") -> str | None:
     """Why the request's SigV4 signature is not the one botocore computes from the test's
-    credentials over what arrived (None: it is)."""
+    credentials for `service` over what arrived (None: it is)."""
     authorization = request.headers.get("authorization", "")
     scheme, _, rest = authorization.partition(" ")
     if scheme != "AWS4-HMAC-SHA256":
@@ -89,14 +89,14 @@ def verify(request: web.Request, body: bytes) -> str | None:
     headers = {name: ",".join(request.headers.getall(name)) for name in signed}
     recomputed = AWSRequest(method=request.method, url=url, headers=headers, data=body)
     recomputed.context["timestamp"] = request.headers["x-amz-date"]
-    signer = SigV4Auth(Credentials(ACCESS, SECRET, SESSION), "bedrock", REGION)
+    signer = SigV4Auth(Credentials(ACCESS, SECRET, SESSION), service, REGION)
     canonical = signer.canonical_request(recomputed)
     expected = signer.signature(signer.string_to_sign(recomputed, canonical), recomputed)
     if parts["Signature"] != expected:
         return "the signature does not match"
     if (
         not parts["Credential"].startswith(f"{ACCESS}/")
-        or f"/{REGION}/bedrock/" not in parts["Credential"]
+        or f"/{REGION}/{service}/" not in parts["Credential"]
     ):
         return "the credential scope is not this key's, region's and service's"
     return None

@@ -88,6 +88,7 @@ from .upstream import (
     failure_before_answer,
     finish,
     transfer_coding_problem,
+    upstream_base,
     upstream_headers,
     upstream_url,
 )
@@ -465,7 +466,7 @@ async def _open(
     if signer is not None:
         path = aws_path(path)  # as AWS SDKs send it, and signed so
     query = shared.access.upstream_query(request.rel_url, held=upstream.holds_credentials)
-    url = upstream_url(upstream.url, path, None, query)
+    url = upstream_url(upstream_base(upstream.url, request.method, path), path, None, query)
     headers = shared.access.without_token(
         upstream_headers(
             request.headers,

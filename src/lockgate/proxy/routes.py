@@ -15,7 +15,10 @@ encoded `/` or `\\`, a dot segment, an empty segment, a `;`, a gated route in ot
 letter case) is refused instead (`PathProblem`). Two more rules decide what the proxy serves
 at all: the key it holds goes only with model requests, model listings and token counts
 (`takes_held_key`), and a request a protocol says cannot be gated (a resumed Responses
-stream, whose request's tools the proxy never saw) is refused (`ungateable`).
+stream, whose request's tools the proxy never saw) is refused (`ungateable`). A protocol's
+control-plane reads its clients send to their one base URL (`ControlPlane`: Bedrock's
+`GET /inference-profiles…`, which Claude Code sends to `ANTHROPIC_BEDROCK_BASE_URL`) pass
+ungated, with the held key, to the control plane's host (`control_plane_base`).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ from ..providers import PROVIDERS
 from ..providers.base import Provider
 
 __all__ = [
+    "ControlPlane",
     "PathProblem",
     "Routed",
+    "control_plane_base",
     "gated_endings",
     "owner",
     "plain_path",
@@ -182,16 +187,48 @@ def plain_path(raw: str) -> str:
 # --- what the proxy serves -----------------------------------------------------------------
 
 
+@runtime_checkable
+class ControlPlane(Protocol):
+    """A gateway whose clients send control-plane reads (no model request: passed ungated)
+    to the base URL of their model requests (Bedrock's inference-profile look-ups)."""
+
+    def control_plane(self, method: str, path: str) -> bool:
+        """Whether the request (its plain path, the route's prefix removed) is one."""
+        ...
+
+    def control_plane_base(self, base: str) -> str:
+        """Where one goes for an upstream at `base` (the control plane's own host)."""
+        ...
+
+
+def _control_plane(method: str, path: str) -> ControlPlane | None:
+    for _, gateway in _gateways():
+        if isinstance(gateway, ControlPlane) and gateway.control_plane(method, path):
+            return gateway
+    return None
+
+
+def control_plane_base(base: str, method: str, path: str) -> str:
+    """The base URL a request goes to: a control-plane read's own host (`ControlPlane`) in
+    place of the route upstream's (bedrock-runtime's → the `bedrock` control plane's), else
+    `base` as it is."""
+    gateway = _control_plane(method, path)
+    return base if gateway is None else gateway.control_plane_base(base)
+
+
 def takes_held_key(method: str, path: str) -> bool:
     """Whether the key a proxy holds may go with this request (a plain path): `GET …/models`
     or `GET …/models/{id}` (every SDK, Codex, Claude Code list models), or a `POST` to a
     path of a protocol's API that makes, counts or compacts a model request (each
     protocol's `Gateway.keyed_paths`: Anthropic's `/v1/messages`, not OpenAI's
-    `/v1/threads/{id}/messages`, which only ends like it; Gemini's `:countTokens`). Files,
-    batches, stored responses, fine-tunes, threads, an organization's administration:
-    none."""
+    `/v1/threads/{id}/messages`, which only ends like it; Gemini's `:countTokens`), or a
+    control-plane read a client sends to its model base URL (`ControlPlane`: Bedrock's
+    inference-profile and foundation-model look-ups). Files, batches, stored responses,
+    fine-tunes, threads, an organization's administration: none."""
     trimmed = path.rstrip("/")
     method = method.upper()
+    if _control_plane(method, trimmed) is not None:
+        return True
     if method == "GET":
         segments = trimmed.split("/")
         return segments[-1] == "models" or (len(segments) > 2 and segments[-2] == "models")

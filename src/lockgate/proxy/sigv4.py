@@ -1,6 +1,9 @@
 """Signing upstream requests with AWS SigV4 (a route's `aws: {region, profile}`): botocore's
-`SigV4Auth` for service `bedrock`, credentials from botocore's standard chain (environment,
-a profile of the shared files, SSO, container or instance roles), a session token included.
+`SigV4Auth` for the service the upstream's host names (`service_for`: `bedrock` for
+bedrock-runtime, the control plane and any other host; `bedrock-mantle` for Bedrock's
+Mantle endpoint; `aws-external-anthropic` for Claude Platform on AWS), credentials from
+botocore's standard chain (environment, a profile of the shared files, SSO, container or
+instance roles), a session token included.
 botocore is optional (`pip install 'lockgate[aws]'`): `aws_problem` says so when missing.
 
 - **What is signed** is exactly what is sent: the method, the path as sent (each segment
@@ -23,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from multidict import CIMultiDict
 
@@ -34,9 +37,16 @@ __all__ = [
     "aws_path",
     "aws_problem",
     "fold_repeated",
+    "service_for",
 ]
 
-SERVICE = "bedrock"
+SERVICE = "bedrock"  # bedrock-runtime's and the control plane's signing name
+# Hosts of another signing name: a label of the host says it (`bedrock-mantle.us-east-1.api.aws`,
+# a VPC endpoint's `vpce-….bedrock-mantle.us-east-1.vpce.amazonaws.com`).
+_SERVICES_BY_LABEL = {
+    "bedrock-mantle": "bedrock-mantle",
+    "aws-external-anthropic": "aws-external-anthropic",
+}
 AWS_EXTRA = "pip install 'lockgate[aws]'"
 # The client's own signature and its parts: replaced by the proxy's.
 AWS_CLIENT_HEADERS = frozenset(
@@ -52,6 +62,17 @@ def aws_problem() -> str | None:
     except ImportError:
         return f"SigV4 signing needs botocore: {AWS_EXTRA}"
     return None
+
+
+def service_for(url: str) -> str:
+    """The SigV4 service name a request to `url` is signed for: the one its host names
+    (`_SERVICES_BY_LABEL`), else `bedrock` (bedrock-runtime, the control plane, a loopback
+    or private endpoint)."""
+    host = (urlsplit(url).hostname or "").lower()
+    for label in host.split("."):
+        if label in _SERVICES_BY_LABEL:
+            return _SERVICES_BY_LABEL[label]
+    return SERVICE
 
 
 def aws_path(path: str) -> str:
@@ -96,14 +117,15 @@ class AwsSigner:
     def sign(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes
     ) -> dict[str, str]:
-        """The headers to add to a request sent as given (`url` with its path as sent):
+        """The headers to add to a request sent as given (`url` with its path as sent; the
+        service its host names, `service_for`):
         `Authorization`, `X-Amz-Date`, and `X-Amz-Security-Token` with a session token.
         Blocking (a refresh may fetch credentials): call it off the event loop."""
         from botocore.auth import SIGV4_TIMESTAMP, SigV4Auth
         from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
 
         credentials = self.credentials.get_frozen_credentials()
-        auth = SigV4Auth(credentials, SERVICE, self.region)
+        auth = SigV4Auth(credentials, service_for(url), self.region)
         request = AWSRequest(method=method, url=url, headers=dict(headers), data=body)
         # `SigV4Auth.add_auth`'s steps without its debug log, which writes the canonical
         # request and with it the session token.

@@ -26,6 +26,15 @@ boto3 raises on.
   error is Bedrock's JSON error body, `{"message", "__type"}` (botocore reads the error code
   from `__type` when no `x-amzn-errortype` header names it) and boto3 raises `ClientError`.
 - **No keep-alive**: the event stream has none (`proxy.framing.eventstream`).
+- **The control plane** (`control_plane`, `control_plane_base`): Claude Code on Bedrock
+  (`CLAUDE_CODE_SKIP_BEDROCK_AUTH=1`, `ANTHROPIC_BEDROCK_BASE_URL` at the proxy) sends its
+  control-plane reads to its one base URL too: `GET /inference-profiles?type=SYSTEM_DEFINED`
+  (ListInferenceProfiles, at start) and `GET /inference-profiles/{id}` (GetInferenceProfile,
+  an application inference profile's backing model; the id an ARN, its `/` as `%2F`).
+  These and the model listings (`GET /foundation-models`, `…/{id}`) are no model request:
+  they pass ungated, with the route's held credentials, to the control plane's host
+  (`bedrock.{region}.amazonaws.com` for a route whose upstream is
+  `bedrock-runtime.{region}.amazonaws.com`; signed for service `bedrock` either way).
 """
 
 from __future__ import annotations
@@ -51,6 +60,16 @@ _STREAM, _WHOLE = "converse-stream", "converse"
 _PATH = re.compile(
     r"/model/(?P<model>[^/]+)/"
     r"(?P<operation>converse-stream|converse|invoke-with-response-stream|invoke)$"
+)
+# The control plane's reads a Bedrock client sends to its runtime base URL (the route's prefix
+# removed): inference profiles (Claude Code) and foundation models.
+_CONTROL_PLANE = re.compile(r"^/(?:inference-profiles|foundation-models)(?:/[^/]+)?$")
+# Its one-resource reads, at the end of a path as the client sent it (the prefix kept).
+_CONTROL_PLANE_ID = re.compile(r"/(?:inference-profiles|foundation-models)/(?P<id>[^/]+)$")
+_RUNTIME_HOST = re.compile(
+    r"^(?P<scheme>https?://)bedrock-runtime(?P<fips>-fips)?"
+    r"(?P<rest>\.[a-z0-9-]+\.amazonaws\.com(?::\d+)?)(?P<path>/.*)?$",
+    re.IGNORECASE,
 )
 _INVOKE_OPERATIONS = frozenset({"invoke-with-response-stream", "invoke"})
 _STREAMED = ProtocolTarget(stream=True, framing="eventstream")
@@ -96,16 +115,35 @@ class BedrockGateway:
 
     def encoded_slash_allowed(self, path: str) -> bool:
         """Whether every `%2F` of `path` is inside the model id of a model path (an
-        inference-profile ARN's `/`, as every AWS SDK sends it), and the id, decoded, holds
-        no empty, `.` or `..` part: one label, never a path the upstream could walk."""
+        inference-profile ARN's `/`, as every AWS SDK sends it) or the id of a control-plane
+        read (`GET …/inference-profiles/{id}`), and the id, decoded, holds no empty, `.` or
+        `..` part: one label, never a path the upstream could walk."""
         found = _PATH.search(path.rstrip("/"))
+        label = "model"
+        if found is None:
+            found, label = _CONTROL_PLANE_ID.search(path.rstrip("/")), "id"
         if found is None:
             return False
-        start, end = found.span("model")
+        start, end = found.span(label)
         if "%2f" in (path[:start] + path[end:]).lower():
             return False
-        parts = unquote(found.group("model")).split("/")
+        parts = unquote(found.group(label)).split("/")
         return all(part not in ("", ".", "..") for part in parts)
+
+    def control_plane(self, method: str, path: str) -> bool:
+        """Whether a request (its plain path, the route's prefix removed) is one of the
+        control plane's reads a Bedrock client sends to its runtime base URL."""
+        return method.upper() == "GET" and _CONTROL_PLANE.search(path.rstrip("/")) is not None
+
+    def control_plane_base(self, base: str) -> str:
+        """Where a control-plane read goes for an upstream at `base`: the control plane's
+        host in place of bedrock-runtime's (`bedrock[-fips].{region}.amazonaws.com`); any
+        other base (a loopback stand-in, a private endpoint) as it is."""
+        found = _RUNTIME_HOST.match(base)
+        if found is None:
+            return base
+        scheme, fips, rest, path = found.group("scheme", "fips", "rest", "path")
+        return f"{scheme}bedrock{fips or ''}{rest}{path or ''}"
 
     def wants_stream(self, request: Mapping[str, Any], target: ProtocolTarget) -> bool:
         return target.stream is True  # the path says it

@@ -12,10 +12,14 @@ stream, with this module's message mapping.
   `target` names this gateway (`ProtocolTarget.gateway`) for these paths.
 - **The mapping** (`InvokeWire`): a `chunk` event's payload is `{"bytes": <base64>}` (and
   maybe Bedrock's padding `p`), the base64 of one Anthropic event's JSON; the event read is
-  that JSON, named by its `type`. Exceptions and errors are read as in ConverseStream
-  (`framing.as_event`); any other event type, or a chunk that holds no JSON object with a
-  `type`, is `malformed_event`. An event is written back as a `chunk` message (the message
-  as it came when unchanged: the framing sends its bytes).
+  that JSON, named by its `type`. An `exception` message (`modelStreamErrorException`,
+  `throttlingException` …) or an `error` message is read as the Anthropic `error` event it
+  means (`{"type": "error", "error": {"code": <its type>, "type": "overloaded_error" when
+  ConverseStream's table calls it transient, else "model_stream_error", "message"}}`), so the
+  Anthropic decoder fails the response as `provider_error` whatever came before; any other
+  event type, or a chunk that holds no JSON object with a `type`, is `malformed_event`. An
+  event is written back as a `chunk` message (the message as it came when unchanged: the
+  framing sends its bytes).
 - **The error**: in the stream, an `exception` message (`modelStreamErrorException`, or
   `serviceUnavailableException` when a new request may succeed, both declared by
   InvokeModelWithResponseStream): boto3 raises `EventStreamError` on it, the Anthropic
@@ -41,6 +45,7 @@ from ...gateway import Gateway, ProtocolTarget, Refusal
 from ...sse import ServerSentEvent
 from ..anthropic.gateway import GATEWAY as ANTHROPIC
 from ..decoding import compact_json
+from .decoder import exception_failure
 from .framing import (
     ERROR_PREFIX,
     EXCEPTION_PREFIX,
@@ -77,7 +82,7 @@ class InvokeWire:
         event = as_event(message)
         name = event.event or ""
         if name.startswith((EXCEPTION_PREFIX, ERROR_PREFIX)):
-            return event
+            return _anthropic_error(name, event.data)
         if name != CHUNK:
             raise _malformed(f"event of type {name!r} (only chunk events carry the answer)")
         try:
@@ -102,6 +107,24 @@ class InvokeWire:
 
 
 WIRE = InvokeWire()
+
+
+def _anthropic_error(name: str, data: bytes) -> ServerSentEvent:
+    """An `exception` or `error` message as the Anthropic `error` event it means."""
+    if name.startswith(EXCEPTION_PREFIX):
+        kind = name[len(EXCEPTION_PREFIX) :]
+        failure = exception_failure(kind, data)
+        text, transient = failure.message.removeprefix("provider error: "), failure.transient
+    else:
+        kind = name[len(ERROR_PREFIX) :]
+        text, transient = f"{kind}: {data.decode('utf-8', 'replace')}", False
+    error = {
+        "code": kind,
+        "type": "overloaded_error" if transient else "model_stream_error",
+        "message": text,
+    }
+    payload = {"type": "error", "error": error}
+    return ServerSentEvent("error", compact_json(payload).encode("utf-8", "backslashreplace"))
 
 
 def chunk_message(data: bytes) -> bytes:
