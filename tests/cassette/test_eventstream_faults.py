@@ -7,17 +7,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from lockgate.cassette import judge as judging
 from lockgate.cassette.eventstream_frames import UNREADABLE, frames
 from lockgate.cassette.faults import Fault, fault_points, parse_fault, playback
-from lockgate.cassette.format import Cassette, Read, dumps, loads
+from lockgate.cassette.format import Cassette, Read, dumps, loads, save
 from lockgate.eventstream import MEDIA_TYPE, EventStreamCorrupt, EventStreamDecoder
 from lockgate.scripted.script import Reset, fragments
 
+from ..helpers import CLI, finish, read_serving_line, usage_error_line
 from .recorded import edit_reply, native_frames, recorded
+from .test_serve_cassette import SERVE, post
 
 EDIT_SCHEMA = {
     "type": "object",
@@ -211,3 +217,41 @@ def test_fault_points_break_every_frame_and_the_lab_finds_no_violation() -> None
     report = judging.lab([cassette])
     assert report.runs == len(points) + 1
     assert not report.violations, [str(v) for v in report.violations]
+
+
+def test_the_cli_serves_a_bedrock_cassette_with_an_event_stream_fault(tmp_path: Path) -> None:
+    """`lockgate serve --cassette` on a Bedrock cassette, in a process of its own: it says
+    the fault it applies and sends exactly the faulted bytes, chunk for chunk."""
+    cassette = bedrock()
+    save(replace(cassette, source=""), tmp_path / "b.cassette.jsonl")
+    process = subprocess.Popen(
+        [*SERVE, "--cassette", str(tmp_path), "--fault", "bad-crc:2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline().strip()
+        base_url = read_serving_line(process)
+        port = int(base_url.split(":")[2].split("/")[0])
+        answer = post(port, REQUEST, cassette.path)
+    finally:
+        process.send_signal(signal.SIGINT)
+        code, _, err = finish(process)
+    assert code == 0, err
+    assert line == "lockgate serve: exchange 1 (bedrock, b.cassette.jsonl): bad-crc:2"
+    assert answer.status == 200
+    assert answer.header("content-type") == MEDIA_TYPE
+    steps = playback(cassette, [parse_fault("bad-crc:2")]).steps
+    assert answer.chunks == [step for step in steps if isinstance(step, bytes)]
+    assert b"".join(answer.chunks) != cassette.body
+
+
+def test_bad_input_for_a_bedrock_cassette_is_one_line(cli: CLI, tmp_path: Path) -> None:
+    (tmp_path / "b.cassette.jsonl").write_text(dumps(bedrock()))
+    result = cli("serve", "--cassette", str(tmp_path), "--fault", "drop:999")
+    assert "addresses event 999" in usage_error_line(result)
+    result = cli("serve", "--cassette", str(tmp_path), "--fault", "exception:3:type=no such")
+    assert "invalid --fault" in usage_error_line(result)
