@@ -4,6 +4,7 @@ absent), and the one-line errors for bad input (exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -14,6 +15,7 @@ import pytest
 from lockgate.cassette import format as cassette_format
 from lockgate.cassette.format import CassetteError
 from lockgate.cassette.importers import import_file, import_sources, protocol_of_path
+from lockgate.cassette.judge import judge
 
 from ..helpers import CLI, ROOT
 
@@ -258,12 +260,35 @@ def test_a_real_stream_keeps_its_body_request_and_status(name: str, tmp_path: Pa
 
 
 @needs_corpus
-def test_bedrock_is_skipped_with_a_reason() -> None:
-    bedrock = sorted(CORPUS.glob("bedrock-*.json"))[:1]
-    assert bedrock, "the corpus has Bedrock recordings"
-    found = import_sources(bedrock)
-    assert not found.imported
-    assert "Bedrock" in found.skipped[0].reason
+def test_bedrock_recordings_import_as_binary_cassettes_judged_as_they_ended() -> None:
+    """Every Bedrock recording (its `body_b64`) is a cassette of its exact bytes, an event
+    stream where it streamed; judged unfaulted, a complete one is accepted with its calls
+    exactly, a stop that authorizes nothing (a guardrail, the output limit) or an error
+    status refused."""
+    recordings = sorted(CORPUS.glob("bedrock-*.json"))
+    assert len(recordings) == 36
+    found = import_sources(recordings)
+    assert not found.skipped
+    assert len(found.imported) == len(recordings)
+    for path, imported in zip(recordings, found.imported, strict=True):
+        recording = json.loads(path.read_text())
+        cassette = imported.cassette
+        assert cassette.protocol == "bedrock"
+        if recording["body"] is None:
+            assert cassette.body == base64.b64decode(recording["body_b64"]), path.name
+        else:
+            assert cassette.body == recording["body"].encode(), path.name
+        expect = recording["expect"]
+        if recording["status"] == 200:
+            assert cassette.wire == "eventstream", path.name
+            assert cassette.frames()[1] == b"", path.name  # whole messages to the end
+        judged = asyncio.run(judge(cassette))
+        authorizes = expect["complete"] and expect["finish"] in ("stop", "tool_calls")
+        assert judged.accepted == authorizes, (path.name, judged.kind, judged.detail)
+        if judged.accepted:
+            assert judged.decision is not None
+            names = [call["name"] for call in expect["tool_calls"]]
+            assert [name for name, _ in judged.decision.calls] == names, path.name
 
 
 @needs_corpus

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from .format import Cassette, CassetteError, Read, header_problem
 from .format import public_headers as _public_headers
 
-PROTOCOLS = ("responses", "chat", "anthropic", "gemini")
+PROTOCOLS = ("responses", "chat", "anthropic", "gemini", "bedrock")
 # Headers that describe the transfer, not the stored (decoded, whole) body.
 _TRANSFER_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
@@ -48,11 +48,18 @@ class Sources:
     skipped: tuple[Skipped, ...]
 
 
+_BEDROCK_PATH = re.compile(
+    r"/model/[^/]+/(converse-stream|converse|invoke-with-response-stream|invoke)$"
+)
+
+
 def protocol_of_path(path: str) -> str | None:
     """The protocol a request path speaks, or None (`/chat/completions` → chat,
     `/responses` → responses, `/messages` → anthropic, `:streamGenerateContent` →
-    gemini)."""
+    gemini, `/model/{id}/converse-stream` and Bedrock's other runtime paths → bedrock)."""
     path = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    if _BEDROCK_PATH.search(path):
+        return "bedrock"
     if path.endswith(":streamGenerateContent"):
         return "gemini"
     if path.endswith("/chat/completions"):
