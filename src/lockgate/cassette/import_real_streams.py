@@ -74,8 +74,10 @@ def _real_stream(
             raise CassetteError(f"{where}: `body` holds a lone surrogate") from None
     budget.take(len(data), where)
     pairs = list(headers.items())
-    if raw is not None and 200 <= status < 300 and not any(
-        name.lower() == "content-type" for name, _ in pairs
+    if (
+        raw is not None
+        and 200 <= status < 300
+        and not any(name.lower() == "content-type" for name, _ in pairs)
     ):
         pairs.append(("content-type", EVENTSTREAM_MEDIA_TYPE))  # a recorder that kept none
     cassette = _cassette(
