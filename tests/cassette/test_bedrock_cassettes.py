@@ -20,12 +20,15 @@ from lockgate.cassette.format import Verdict, dumps
 from lockgate.cassette.judge import judge
 from lockgate.cassette.serving import exchanges
 from lockgate.eventstream import MEDIA_TYPE, EventStreamDecoder
-from lockgate.lab.server import serve_script
+from lockgate.lab.scenarios import repair_turns
+from lockgate.lab.server import ServerThread, serve_script
 from lockgate.providers.bedrock.lab_invoke import ANTHROPIC_VERSION, invoke_path
 from lockgate.proxy import GatingOptions
 from lockgate.proxy.server import ProxyConfig, ProxyRecord, serving
 from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.scripted.script import Turn
+
+from ..helpers import CLI
 
 MODEL = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 CONVERSE = f"/model/{MODEL.replace(':', '%3A')}/converse-stream"
@@ -141,3 +144,34 @@ async def test_event_stream_faults_on_a_recorded_exchange_are_refused(
     judged = await judge(cassette, [parse_fault(fault)])
     assert not judged.accepted
     assert judged.kind == kind, judged.detail
+
+
+def test_run_records_a_bedrock_session_that_replays_the_same_way(cli: CLI, tmp_path: Path) -> None:
+    """`lockgate run --provider bedrock --record DIR`: each exchange a binary cassette at its
+    ConverseStream path (the model out of the body), verdicts as decided; served back by
+    `lockgate serve --cassette`, `run` repairs the file the same way."""
+    record, again = tmp_path / "record", tmp_path / "again"
+    record.mkdir()
+    again.mkdir()
+    key = {"AWS_BEARER_TOKEN_BEDROCK": HELD}
+    with ServerThread(repair_turns(), provider="bedrock") as server:
+        result = cli(
+            "run", "--provider", "bedrock", "--base-url", server.base_url, "--model", MODEL,
+            "--allow-execution", "--record", str(record), env=key,
+        )  # fmt: skip
+    assert result.code == 0, result.err
+    recorded = load_all(record)
+    assert len(recorded) == 7
+    for cassette in recorded:
+        assert (cassette.protocol, cassette.path) == ("bedrock", CONVERSE)
+        assert cassette.wire == "eventstream"
+        assert "model" not in cassette.request
+        assert HELD not in dumps(cassette)
+    assert [c.verdict for c in recorded[:6]] == [Verdict("accepted", None, 1)] * 6
+    with ServerThread([e.turn for e in exchanges(recorded)], provider="bedrock") as replay:
+        replayed = cli(
+            "run", "--provider", "bedrock", "--base-url", replay.base_url, "--model", MODEL,
+            "--allow-execution", "--record", str(again), env=key,
+        )  # fmt: skip
+    assert replayed.code == 0, replayed.err
+    assert [c.body for c in load_all(again)] == [c.body for c in recorded]
