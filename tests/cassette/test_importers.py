@@ -16,6 +16,8 @@ from lockgate.cassette import format as cassette_format
 from lockgate.cassette.format import CassetteError
 from lockgate.cassette.importers import import_file, import_sources, protocol_of_path
 from lockgate.cassette.judge import judge
+from lockgate.providers.bedrock.render import frame_bytes, render
+from lockgate.scripted.reply import Call, Reply, Say
 
 from ..helpers import CLI, ROOT
 
@@ -84,6 +86,9 @@ def test_protocols_are_inferred_from_the_path() -> None:
     assert protocol_of_path("/openai/v1/responses") == "responses"
     assert protocol_of_path("/v1/messages") == "anthropic"
     assert protocol_of_path("/v1beta/models/gemini-2.5-flash:streamGenerateContent") == "gemini"
+    assert protocol_of_path("/model/us.anthropic.claude-v1%3A0/converse-stream") == "bedrock"
+    assert protocol_of_path("/model/m/invoke-with-response-stream") == "bedrock"
+    assert protocol_of_path("/model/m/invoke-something") is None
     assert protocol_of_path("/v1/models") is None
     assert protocol_of_path("/v1/embeddings") is None
 
@@ -112,6 +117,49 @@ def test_a_binary_body(tmp_path: Path) -> None:
     source = tmp_path / "binary.yml"
     source.write_text(_vcr(f"string: !!binary |\n  {encoded}\n"), encoding="utf-8")
     assert _only(source).body == CHAT_SSE.encode()
+
+
+def test_a_vcr_bedrock_exchange_is_a_binary_event_stream_cassette(tmp_path: Path) -> None:
+    """A vcrpy recording of ConverseStream (its body `!!binary`, as vcrpy writes bytes that
+    are not text): the exact bytes, an event-stream cassette, judged with its call."""
+    reply = Reply("r1", (Say("Fixing."), Call("call_1", "edit", {"path": "a.py"})))
+    body = b"".join(frame_bytes(event) for event in render(reply).events)
+    request = {
+        "messages": [{"role": "user", "content": [{"text": "fix"}]}],
+        "toolConfig": {"tools": [{"toolSpec": {"name": "edit", "inputSchema": {"json": {}}}}]},
+    }
+    source = tmp_path / "bedrock.yaml"
+    source.write_text(
+        f"""interactions:
+- request:
+    body: '{json.dumps(request)}'
+    headers:
+      Authorization:
+      - AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260105/us-east-1/bedrock/aws4_request
+    method: POST
+    uri: https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-v1%3A0/converse-stream
+  response:
+    body:
+      string: !!binary |
+        {base64.b64encode(body).decode()}
+    headers:
+      Content-Type:
+      - application/vnd.amazon.eventstream
+    status:
+      code: 200
+      message: OK
+version: 1
+""",
+        encoding="utf-8",
+    )
+    cassette = _only(source)
+    assert (cassette.protocol, cassette.wire) == ("bedrock", "eventstream")
+    assert cassette.body == body
+    assert "AKIDEXAMPLE" not in cassette_format.dumps(cassette)
+    judged = asyncio.run(judge(cassette))
+    assert judged.accepted, judged.detail
+    assert judged.decision is not None
+    assert [name for name, _ in judged.decision.calls] == ["edit"]
 
 
 def test_a_gzip_body_is_decompressed_and_its_encoding_dropped(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
 from .format import Cassette, CassetteError, Read, header_problem
 from .format import public_headers as _public_headers
 
@@ -106,9 +107,11 @@ def _kept_headers(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ..
 
 
 def _is_event_stream(headers: Iterable[tuple[str, str]]) -> bool:
+    """Whether the response streamed: SSE, or the AWS binary event stream (Bedrock)."""
     for name, value in headers:
         if name.lower() == "content-type":
-            return value.split(";", 1)[0].strip().lower() == "text/event-stream"
+            kind = value.split(";", 1)[0].strip().lower()
+            return kind in ("text/event-stream", EVENTSTREAM_MEDIA_TYPE)
     return False
 
 
