@@ -1,7 +1,7 @@
-"""The loopback client of `proxy.py`: it drives Chat Completions streams through a proxy
-under test (`_proxy.Proxy`) and reads what the client saw: frames, failures, each stamped
-delta's lag, the proxy process's CPU time and peak RSS over a batch (`drive`, `saturate`),
-and whole answers sent at a fixed rate (`fixed_rate`)."""
+"""The loopback client of `proxy.py`: it drives Chat Completions (and Bedrock ConverseStream)
+streams through a proxy under test (`_proxy.Proxy`) and reads what the client saw: frames,
+failures, each stamped delta's lag, the proxy process's CPU time and peak RSS over a batch
+(`drive`, `saturate`), and whole answers sent at a fixed rate (`fixed_rate`)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,41 @@ def client_session(streams: int) -> aiohttp.ClientSession:
     )
 
 
+async def _one_eventstream(
+    session: aiohttp.ClientSession,
+    proxy: Proxy,
+    spec: StreamSpec,
+    outcome: Outcome,
+    expect_text: int,
+) -> None:
+    """One ConverseStream stream: its messages decoded as they arrive (each CRC checked),
+    complete when `metadata` ended it after `messageStop`, with every text delta."""
+    from lockgate.eventstream import EventStreamDecoder
+
+    headers = {"content-type": "application/json", "authorization": f"Bearer {api_key()}"}
+    decoder = EventStreamDecoder()
+    names: list[str | None] = []
+    try:
+        async with session.post(proxy.url(spec), data=proxy.body(spec), headers=headers) as resp:
+            if resp.status != 200:
+                body = (await resp.read())[:200]
+                outcome.failures.append(f"HTTP {resp.status}: {body!r}")
+                return
+            async for chunk in resp.content.iter_any():
+                for message in decoder.feed(chunk):
+                    names.append(message.string(":event-type"))
+            decoder.finish()
+    except Exception as exc:
+        outcome.failures.append(f"{type(exc).__name__}: {exc}")
+        return
+    outcome.frames += len(names)
+    text = sum(1 for name in names if name == "contentBlockDelta")
+    if names[-2:] != ["messageStop", "metadata"]:
+        outcome.failures.append(f"the stream ended with {names[-2:]}, not messageStop, metadata")
+    elif text < expect_text:
+        outcome.failures.append(f"{text} of {expect_text} deltas")
+
+
 async def _one(
     session: aiohttp.ClientSession,
     proxy: Proxy,
@@ -69,6 +104,9 @@ async def _one(
     outcome: Outcome,
     expect_text: int,
 ) -> None:
+    if spec.protocol == "bedrock":
+        await _one_eventstream(session, proxy, spec, outcome, expect_text)
+        return
     headers = {"content-type": "application/json", "authorization": f"Bearer {api_key()}"}
     text = 0
     done = False

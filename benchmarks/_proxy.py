@@ -66,6 +66,8 @@ LITELLM_ENV = "LOCKGATE_BENCH_LITELLM"
 STAMP = b'"content":"'
 STAMP_CHARS = 18  # len(_streams.PLACEHOLDER): the paced server's send-time stamp
 LATE_SECONDS = 2.0  # a fixed-rate run stops sending this long after its last slot
+# A ConverseStream path (the model id's `:` encoded, as boto3 sends it).
+BEDROCK_PATH = "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
 
 
 # --- the proxies' processes ------------------------------------------------------------
@@ -204,9 +206,13 @@ class Proxy:
     def url(self, spec: StreamSpec) -> str:
         if self.litellm:
             return f"{self.origin}/v1/chat/completions"
+        if spec.protocol == "bedrock":
+            return f"{self.origin}/{spec.name}{BEDROCK_PATH}"
         return f"{self.origin}/{spec.name}/v1/chat/completions"
 
     def body(self, spec: StreamSpec) -> bytes:
+        if spec.protocol == "bedrock":
+            return bedrock_body()
         whole = spec.shape == "json"
         if not self.litellm:
             return whole_chat_body() if whole else chat_body()
@@ -239,6 +245,17 @@ def whole_chat_body() -> bytes:
     request = json.loads(chat_body())
     request["stream"] = False
     request.pop("stream_options", None)
+    return json.dumps(request).encode()
+
+
+@cache
+def bedrock_body() -> bytes:
+    """lockgate's own ConverseStream request for the benchmark history (the model is in the
+    path, not the body)."""
+    from benchmarks._common import request_body
+
+    request = json.loads(request_body("bedrock"))
+    request.pop("model", None)
     return json.dumps(request).encode()
 
 

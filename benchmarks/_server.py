@@ -1,4 +1,4 @@
-"""A minimal loopback SSE server for the benchmarks, run in its own process (its CPU is
+"""A minimal loopback streaming server for the benchmarks, run in its own process (its CPU is
 never counted): `python benchmarks/_server.py` prints `PORT` on stdout and serves until its
 stdin closes (the parent exited) or it gets SIGTERM.
 
@@ -18,6 +18,8 @@ selects what is sent (`_streams.StreamSpec.name`), e.g.
   on one machine) in place of a placeholder of the same length, so the client can measure
   its own lag;
 - `<protocol>.tiny`: a short complete answer (for request-opening measurements);
+- `bedrock.…`: the same shapes as a binary event stream (`application/vnd.amazon.eventstream`,
+  ConverseStream's messages), e.g. `POST /bedrock.chunks.600.0.50.100/model/M/converse-stream`;
 - `chat.json.…`: a whole Chat Completions answer (`application/json`, `text` words), for a
   request with `"stream": false`.
 
@@ -53,6 +55,10 @@ def _chunk(payload: bytes) -> bytes:
 
 _HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
+_EVENTSTREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/vnd.amazon.eventstream\r\n"
     b"transfer-encoding: chunked\r\n\r\n"
 )
 _END = b"0\r\n\r\n"
@@ -95,7 +101,7 @@ async def _send_stream(writer: asyncio.StreamWriter, path: str) -> None:
         await writer.drain()
         return
     frames = _frames(spec)
-    writer.write(_HEAD)
+    writer.write(_EVENTSTREAM_HEAD if spec.protocol == "bedrock" else _HEAD)
     if spec.shape == "bulk":
         writer.write(_chunk(b"".join(frames)))
     elif spec.shape == "paced":

@@ -6,7 +6,9 @@ A stream is named by a spec string, `<protocol>.<shape>.<text deltas>.<argument 
 <rate>.<gap µs>[.openai]`: `text deltas` 4-character answer-text deltas, then (when
 `argument deltas` > 0) one `edit` call whose argument JSON arrives in `argument deltas`
 8-character pieces, then
-the protocol's terminal success. `shape` is how the server sends it (`_server.py`).
+the protocol's terminal success. `shape` is how the server sends it (`_server.py`). A
+`bedrock` stream is ConverseStream's binary event stream (`application/vnd.amazon.eventstream`,
+the lab renderer's messages: `messageStart`, the deltas, `messageStop`, `metadata`).
 
 The `openai` style (Chat and Responses only) is what OpenAI's API sends, shaped after the
 recordings of `../shared/real-streams` (generated here, never copied from them): Chat's
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from lockgate.providers import PROVIDERS
 from lockgate.scripted.reply import Call, Part, Reply, Say
 
-PROTOCOLS = ("responses", "chat", "anthropic")
+PROTOCOLS = ("responses", "chat", "anthropic", "bedrock")  # bedrock: the binary event stream
 SHAPES = ("chunks", "bulk", "paced", "tiny", "json")  # json: a whole (non-streaming) answer
 STYLES = ("lab", "openai")  # the lab renderer's frames, or OpenAI's own shape
 PLACEHOLDER = b"@" * 18  # a text delta the paced server replaces with its send time
@@ -142,7 +144,8 @@ def whole_body(spec: StreamSpec) -> bytes:
 
 
 def stream_frames(spec: StreamSpec) -> list[bytes]:
-    """The native SSE frames of the spec's stream, one per event."""
+    """The native frames of the spec's stream, one per event (SSE frames; Bedrock's: binary
+    event-stream messages, as ConverseStream sends them)."""
     if spec.style == "openai":
         return openai_frames(spec)
     lab = PROVIDERS[spec.protocol].render()

@@ -7,7 +7,11 @@ and, with `--profile`, cProfile's top functions by own time.
 `LOCKGATE_BENCH_PROFILE`), the benchmark's client reading the streams through it from the
 benchmark server (aiohttp's share included).
 
-Run: `.venv/bin/python benchmarks/profile_gate.py [--profile | --wire] [--runs N] [--text N]`.
+`--protocol bedrock`: Bedrock ConverseStream's binary event stream (the lab renderer's
+messages) through the event-stream framing instead of Chat's SSE.
+
+Run: `.venv/bin/python benchmarks/profile_gate.py [--protocol chat|bedrock] [--profile |
+--wire] [--runs N] [--text N]`.
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ class _Body:
             yield chunk
 
 
-async def one(frames: list[bytes], request: dict[str, object]) -> int:
-    stream = GatingStream(PROVIDERS["chat"], request, _Body(frames))
+async def one(frames: list[bytes], request: dict[str, object], protocol: str = "chat") -> int:
+    framing = "eventstream" if protocol == "bedrock" else "sse"
+    stream = GatingStream(PROVIDERS[protocol], request, _Body(frames), framing=framing)
     out = 0
     async for piece in stream:
         out += len(piece)
@@ -62,10 +67,12 @@ async def one(frames: list[bytes], request: dict[str, object]) -> int:
     return out
 
 
-async def run(frames: list[bytes], request: dict[str, object], streams: int) -> float:
+async def run(
+    frames: list[bytes], request: dict[str, object], streams: int, protocol: str = "chat"
+) -> float:
     started = time.process_time()
     for _ in range(streams):
-        await one(frames, request)
+        await one(frames, request, protocol)
     return (time.process_time() - started) / (len(frames) * streams) * 1e6
 
 
@@ -109,33 +116,45 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--streams", type=int, default=5)
     parser.add_argument("--text", type=int, default=2000)
+    parser.add_argument(
+        "--protocol",
+        default="chat",
+        choices=("chat", "bedrock"),
+        help="OpenAI-shaped Chat chunks, or Bedrock ConverseStream's binary event stream",
+    )
     args = parser.parse_args()
-    request = json.loads(request_body("chat"))
+    protocol = args.protocol
+    request = json.loads(request_body(protocol))
+    if protocol == "bedrock":
+        request.pop("model", None)  # the model is in the path
     half = args.text // 2
+    style = "openai" if protocol == "chat" else "lab"
     specs = {
-        "text": StreamSpec("chat", "chunks", args.text, 0, style="openai"),
-        "tool call": StreamSpec("chat", "chunks", half, half, style="openai"),
+        "text": StreamSpec(protocol, "chunks", args.text, 0, style=style),
+        "tool call": StreamSpec(protocol, "chunks", half, half, style=style),
     }
     for label, spec in specs.items():
         if args.wire:
             wire(
                 label,
-                StreamSpec("chat", "chunks", spec.text, spec.arguments, gap_us=100, style="openai"),
+                StreamSpec(protocol, "chunks", spec.text, spec.arguments, gap_us=100, style=style),
                 args.streams,
                 args.kind,
             )
             continue
         frames = stream_frames(spec)
-        asyncio.run(run(frames, request, 1))  # warm
+        asyncio.run(run(frames, request, 1, protocol))  # warm
         if args.profile:
             profile = cProfile.Profile(time.process_time)
             profile.enable()
-            asyncio.run(run(frames, request, args.streams))
+            asyncio.run(run(frames, request, args.streams, protocol))
             profile.disable()
             print(f"--- {label}")
             pstats.Stats(profile).sort_stats("tottime").print_stats(25)
             continue
-        best = min(asyncio.run(run(frames, request, args.streams)) for _ in range(args.runs))
+        best = min(
+            asyncio.run(run(frames, request, args.streams, protocol)) for _ in range(args.runs)
+        )
         print(f"{label:9} {best:6.2f} µs/event ({len(frames):,} frames a stream)")
     return 0
 

@@ -18,7 +18,9 @@ the usage chunk, `[DONE]`), lockgate's own request with the fixture's tools.
 - **CPU per forwarded event**: the proxy process's user + system CPU (/proc/PID/stat) over
   a batch of streams read one after another, divided by the frames the upstream sent. Each
   stream: 2,000 text deltas (`text`), or 1,000 text deltas then one `edit` call in 1,000
-  argument deltas, which lockgate holds to the end and then releases (`tool call`); the
+  argument deltas, which lockgate holds to the end and then releases (`tool call`); the same
+  two as Bedrock ConverseStream event streams (`es text`, `es tool call`: the lab renderer's
+  binary messages to `/model/{id}/converse-stream`, the client checking every CRC); the
   server writes each frame on its own and pauses ~0.1 ms after it, so that each reaches
   the proxy in its own read (as events at model speed do). Paired rounds: in each round
   every proxy reads the same batch, one after another; a ratio is taken within each round
@@ -46,17 +48,19 @@ the usage chunk, `[DONE]`), lockgate's own request with the fixture's tools.
 - `--workers-scaling`: `lockgate proxy --workers 1` and `2` at saturation (events/s).
 
 Targets: uvloop by default where it exists; CPU per event <= 1.2x the pass-through for text
-and <= 1.1x for a held tool call; p99 added <= 1 ms at 100 streams x 50 events/s; 1,000
-streams with 0 failures and <= 64 KiB each; metrics + OTel <= 5% of lockgate's CPU per event;
-LiteLLM's CPU per event >= 8x lockgate's. LiteLLM is a benchmark-only install (never a
-project dependency), e.g. `python3 -m venv /tmp/litellm-venv &&
-/tmp/litellm-venv/bin/pip install 'litellm[proxy]'`, given as `--litellm-python
-/tmp/litellm-venv/bin/python` (or `LOCKGATE_BENCH_LITELLM=/path/to/litellm`, or `litellm`
-on the PATH), else its rows say SKIPPED. Prints MET / NOT MET with the figure and the
-baseline of the same run; exits 0 unless something failed to run.
-Run: `python3 dev.py bench` or `.venv/bin/python benchmarks/proxy.py [--quick] [--otel]
-[--only cpu] [--litellm-python PATH]` (`--only cpu`: the CPU rows and the targets they
-decide, nothing else).
+and <= 1.1x for a held tool call, on the Chat route and on Bedrock's ConverseStream route
+alike (`es text`, `es tool call`: the binary event stream, each message's CRCs checked and
+its JSON judged, against the same pass-through on the same route); p99 added <= 1 ms at
+100 streams x 50 events/s; 1,000 streams with 0 failures and <= 64 KiB each; metrics +
+OTel <= 5% of lockgate's CPU per event; LiteLLM's CPU per event >= 8x lockgate's (on the
+Chat route). LiteLLM is a benchmark-only install (never a project dependency), e.g.
+`python3 -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'`,
+given as `--litellm-python /tmp/litellm-venv/bin/python` (or
+`LOCKGATE_BENCH_LITELLM=/path/to/litellm`, or `litellm` on the PATH), else its rows say
+SKIPPED. Prints MET / NOT MET with the figure and the baseline of the same run; exits 0
+unless something failed to run. Run: `python3 dev.py bench` or `.venv/bin/python
+benchmarks/proxy.py [--quick] [--otel] [--only cpu] [--litellm-python PATH]` (`--only cpu`:
+the CPU rows and the targets they decide, nothing else).
 """
 
 from __future__ import annotations
@@ -114,6 +118,15 @@ P99_LIMIT_MS = 1.0  # added, at 100 streams x 50 events/s
 RSS_LIMIT_KIB = 64.0  # per stream at 1,000
 LITELLM_FACTOR = 8.0  # LiteLLM's CPU per event over lockgate's, at least
 WORKERS_LIMIT = 1.8  # 2 workers' events/s over one worker's (`--workers-scaling`)
+EVENTSTREAM_TEXT = "es text"  # Bedrock ConverseStream (`application/vnd.amazon.eventstream`)
+EVENTSTREAM_TOOL = "es tool call"
+# Each CPU row's target: x the pass-through (an event-stream route: the same as its SSE row).
+CPU_LIMITS = {
+    "text": TEXT_LIMIT,
+    "tool call": TOOL_LIMIT,
+    EVENTSTREAM_TEXT: TEXT_LIMIT,
+    EVENTSTREAM_TOOL: TOOL_LIMIT,
+}
 SATURATING = StreamSpec("chat", "bulk", text=2000, arguments=0, style=STYLE)
 WHOLE = StreamSpec("chat", "json", text=120, arguments=0, style=STYLE)
 
@@ -135,6 +148,8 @@ class Plan:
         return {
             "text": StreamSpec("chat", "chunks", self.text, 0, gap_us=GAP_US, style=STYLE),
             "tool call": StreamSpec("chat", "chunks", half, half, gap_us=GAP_US, style=STYLE),
+            EVENTSTREAM_TEXT: StreamSpec("bedrock", "chunks", self.text, 0, gap_us=GAP_US),
+            EVENTSTREAM_TOOL: StreamSpec("bedrock", "chunks", half, half, gap_us=GAP_US),
         }
 
 
@@ -160,6 +175,11 @@ QUICK = Plan(
     connections=32,
     worker_seconds=2.0,
 )
+
+
+def serves(proxy: Proxy, spec: StreamSpec) -> bool:
+    """Whether `proxy` takes `spec`'s route (LiteLLM is given the Chat streams only)."""
+    return not (proxy.litellm and spec.protocol != "chat")
 
 
 async def warm(proxy: Proxy, specs: list[StreamSpec]) -> None:
@@ -277,7 +297,7 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
         if litellm_skip:
             print(f"LiteLLM: {litellm_skip}")
         for proxy in proxies:
-            await warm(proxy, list(specs.values()))
+            await warm(proxy, [spec for spec in specs.values() if serves(proxy, spec)])
         idle = {proxy.name: proxy.rss_kib() for proxy in proxies}  # after warming up
         print(
             "idle RSS after warming up: "
@@ -285,12 +305,15 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
         )
 
         # --- CPU per forwarded event ----------------------------------------------------
-        heading("CPU per forwarded event (the proxy's process; Chat, one frame per read)")
+        heading(
+            "CPU per forwarded event (the proxy's process, one frame per read; Chat, and"
+            " Bedrock ConverseStream's event stream: es)"
+        )
         values: dict[tuple[str, str], list[float]] = {}
         for number in range(plan.rounds):
             for label, spec in specs.items():
                 for proxy in proxies:
-                    if proxy.litellm and number >= 3:
+                    if not serves(proxy, spec) or (proxy.litellm and number >= 3):
                         continue  # ~10x the others' CPU: 3 rounds suffice
                     streams = 1 if proxy.litellm else plan.cpu_streams
                     per_event, outcome = await cpu_batch(proxy, spec, streams)
@@ -311,6 +334,7 @@ async def measure(origin: str, plan: Plan, args: argparse.Namespace, report: Rep
             row = []
             for label in specs:
                 if not cpu.has(proxy.name, label):
+                    row.append("-")  # LiteLLM: the Chat routes only
                     continue
                 ratio = cpu.ratio(proxy.name, floor, label)
                 row.append(f"{cpu.median(proxy.name, label):8.1f} ({ratio:5.2f}x {floor[:11]})")
@@ -464,7 +488,9 @@ def report_cpu(
             f"`lockgate proxy` runs on {loop}"
             + (f" (uvloop {uvloop} installed)" if uvloop else " (uvloop not installed here)"),
         )
-        for label, limit in (("text", TEXT_LIMIT), ("tool call", TOOL_LIMIT)):
+        for label, limit in CPU_LIMITS.items():
+            if not cpu.has("lockgate", label):
+                continue
             ratio = cpu.ratio("lockgate", "passthrough", label)
             note = ""
             if cpu.has("lockgate-asyncio", label):
@@ -516,6 +542,7 @@ def report_cpu(
             factors = {
                 label: cpu.median("litellm", label) / cpu.median("lockgate", label)
                 for label in specs
+                if cpu.has("litellm", label)
             }
             report.check(
                 f"LiteLLM's CPU per event >= {LITELLM_FACTOR:g}x lockgate's",

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lockgate.cassette.fault_spec import EVENTSTREAM_KINDS
 from lockgate.cassette.faults import (
     FAULT_KINDS,
     Fault,
@@ -44,9 +45,14 @@ SPECS = [
     "status:429:retry-after=2",
     "status:503",
     "corrupt-terminal",
+    "cut:byte=40",
+    "reset:byte=40",
+    "bad-crc:3",
+    "exception:3",
+    "exception:3:type=throttlingException",
 ]
-# Cassettes hold SSE bodies; binary event-stream bodies (Bedrock) are later work (issue 29,
-# part 6: cassettes record and replay Bedrock exchanges).
+# The protocols whose bodies are SSE (Bedrock's is a binary event stream: its own tests are
+# in test_eventstream_faults.py).
 SSE_ONLY = frozenset({"bedrock"})
 PROTOCOLS = [name for name in PROVIDERS if name not in SSE_ONLY]
 
@@ -99,6 +105,13 @@ FAULTS = st.one_of(
     st.builds(lambda n: Fault("split", offset=n), _events),
     st.just(Fault("split-utf8")),
     st.just(Fault("corrupt-terminal")),
+    st.builds(lambda k, n: Fault(k, offset=n), st.sampled_from(["cut", "reset"]), _events),
+    st.builds(lambda n: Fault("bad-crc", event=n), _events),
+    st.builds(
+        lambda n, t: Fault("exception", event=n, name=t),
+        _events,
+        st.none() | st.from_regex(r"[A-Za-z][A-Za-z0-9_.]{0,20}", fullmatch=True),
+    ),
     st.builds(
         lambda s, r: Fault("status", status=s, retry_after=r),
         st.integers(400, 599),
@@ -118,7 +131,7 @@ def test_every_fault_round_trips_through_its_spec(fault: Fault) -> None:
 BAD_SPECS = {
     "": "unknown fault",
     "explode:3": "unknown fault 'explode:3'",
-    "cut:3": "is not of the form cut:after=3 or cut:inside=3",
+    "cut:3": "is not of the form cut:after=3, cut:inside=3 or cut:byte=100",
     "cut:after=x": "is not of the form",
     "cut:after=0": "cut needs an event number, 1 or more",
     "stall:before=2": "is not of the form stall:before=3:seconds=5",
@@ -344,7 +357,8 @@ def test_fault_points_cover_every_kind_at_every_event() -> None:
     cassette = recorded()
     count = len(cassette.frames()[0])
     points = fault_points(cassette, stall_seconds=1.5)
-    assert {fault.kind for fault in points} == set(FAULT_KINDS)
+    # An SSE body has no event-stream frame to break (test_eventstream_faults.py has them).
+    assert {fault.kind for fault in points} == set(FAULT_KINDS) - EVENTSTREAM_KINDS
     assert {f.event for f in points if f.kind == "drop"} == set(range(1, count + 1))
     assert {f.event for f in points if f.kind == "reorder"} == set(range(1, count))
     assert {f.seconds for f in points if f.kind == "stall"} == {1.5}

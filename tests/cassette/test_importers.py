@@ -4,6 +4,7 @@ absent), and the one-line errors for bad input (exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import json
@@ -14,6 +15,9 @@ import pytest
 from lockgate.cassette import format as cassette_format
 from lockgate.cassette.format import CassetteError
 from lockgate.cassette.importers import import_file, import_sources, protocol_of_path
+from lockgate.cassette.judge import judge
+from lockgate.providers.bedrock.render import frame_bytes, render
+from lockgate.scripted.reply import Call, Reply, Say
 
 from ..helpers import CLI, ROOT
 
@@ -82,6 +86,9 @@ def test_protocols_are_inferred_from_the_path() -> None:
     assert protocol_of_path("/openai/v1/responses") == "responses"
     assert protocol_of_path("/v1/messages") == "anthropic"
     assert protocol_of_path("/v1beta/models/gemini-2.5-flash:streamGenerateContent") == "gemini"
+    assert protocol_of_path("/model/us.anthropic.claude-v1%3A0/converse-stream") == "bedrock"
+    assert protocol_of_path("/model/m/invoke-with-response-stream") == "bedrock"
+    assert protocol_of_path("/model/m/invoke-something") is None
     assert protocol_of_path("/v1/models") is None
     assert protocol_of_path("/v1/embeddings") is None
 
@@ -110,6 +117,49 @@ def test_a_binary_body(tmp_path: Path) -> None:
     source = tmp_path / "binary.yml"
     source.write_text(_vcr(f"string: !!binary |\n  {encoded}\n"), encoding="utf-8")
     assert _only(source).body == CHAT_SSE.encode()
+
+
+def test_a_vcr_bedrock_exchange_is_a_binary_event_stream_cassette(tmp_path: Path) -> None:
+    """A vcrpy recording of ConverseStream (its body `!!binary`, as vcrpy writes bytes that
+    are not text): the exact bytes, an event-stream cassette, judged with its call."""
+    reply = Reply("r1", (Say("Fixing."), Call("call_1", "edit", {"path": "a.py"})))
+    body = b"".join(frame_bytes(event) for event in render(reply).events)
+    request = {
+        "messages": [{"role": "user", "content": [{"text": "fix"}]}],
+        "toolConfig": {"tools": [{"toolSpec": {"name": "edit", "inputSchema": {"json": {}}}}]},
+    }
+    source = tmp_path / "bedrock.yaml"
+    source.write_text(
+        f"""interactions:
+- request:
+    body: '{json.dumps(request)}'
+    headers:
+      Authorization:
+      - AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20260105/us-east-1/bedrock/aws4_request
+    method: POST
+    uri: https://bedrock-runtime.us-east-1.amazonaws.com/model/us.anthropic.claude-v1%3A0/converse-stream
+  response:
+    body:
+      string: !!binary |
+        {base64.b64encode(body).decode()}
+    headers:
+      Content-Type:
+      - application/vnd.amazon.eventstream
+    status:
+      code: 200
+      message: OK
+version: 1
+""",
+        encoding="utf-8",
+    )
+    cassette = _only(source)
+    assert (cassette.protocol, cassette.wire) == ("bedrock", "eventstream")
+    assert cassette.body == body
+    assert "AKIDEXAMPLE" not in cassette_format.dumps(cassette)
+    judged = asyncio.run(judge(cassette))
+    assert judged.accepted, judged.detail
+    assert judged.decision is not None
+    assert [name for name, _ in judged.decision.calls] == ["edit"]
 
 
 def test_a_gzip_body_is_decompressed_and_its_encoding_dropped(tmp_path: Path) -> None:
@@ -258,12 +308,35 @@ def test_a_real_stream_keeps_its_body_request_and_status(name: str, tmp_path: Pa
 
 
 @needs_corpus
-def test_bedrock_is_skipped_with_a_reason() -> None:
-    bedrock = sorted(CORPUS.glob("bedrock-*.json"))[:1]
-    assert bedrock, "the corpus has Bedrock recordings"
-    found = import_sources(bedrock)
-    assert not found.imported
-    assert "Bedrock" in found.skipped[0].reason
+def test_bedrock_recordings_import_as_binary_cassettes_judged_as_they_ended() -> None:
+    """Every Bedrock recording (its `body_b64`) is a cassette of its exact bytes, an event
+    stream where it streamed; judged unfaulted, a complete one is accepted with its calls
+    exactly, a stop that authorizes nothing (a guardrail, the output limit) or an error
+    status refused."""
+    recordings = sorted(CORPUS.glob("bedrock-*.json"))
+    assert len(recordings) == 36
+    found = import_sources(recordings)
+    assert not found.skipped
+    assert len(found.imported) == len(recordings)
+    for path, imported in zip(recordings, found.imported, strict=True):
+        recording = json.loads(path.read_text())
+        cassette = imported.cassette
+        assert cassette.protocol == "bedrock"
+        if recording["body"] is None:
+            assert cassette.body == base64.b64decode(recording["body_b64"]), path.name
+        else:
+            assert cassette.body == recording["body"].encode(), path.name
+        expect = recording["expect"]
+        if recording["status"] == 200:
+            assert cassette.wire == "eventstream", path.name
+            assert cassette.frames()[1] == b"", path.name  # whole messages to the end
+        judged = asyncio.run(judge(cassette))
+        authorizes = expect["complete"] and expect["finish"] in ("stop", "tool_calls")
+        assert judged.accepted == authorizes, (path.name, judged.kind, judged.detail)
+        if judged.accepted:
+            assert judged.decision is not None
+            names = [call["name"] for call in expect["tool_calls"]]
+            assert [name for name, _ in judged.decision.calls] == names, path.name
 
 
 @needs_corpus

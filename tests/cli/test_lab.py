@@ -19,7 +19,7 @@ from ..helpers import (
     run_lockgate,
 )
 
-HEADER = re.compile(r"== (\S+) \((\w+), (\w+)\) ==")
+HEADER = re.compile(r"== (\S+) \(([\w-]+), (\w+)\) ==")  # a lab variant: bedrock-invoke
 
 
 def lab(*args: str) -> tuple[int, str, str]:
@@ -135,7 +135,8 @@ def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
     code, stdout, _ = lab("--via", "proxy", "--scenario", "second-call-invalid")
     assert code == 0
     rows = {(row[0], row[1]): row for row in table_rows(stdout) if len(row) == 11}
-    for provider in ("responses", "chat", "anthropic", "gemini"):
+    gated = ("responses", "chat", "anthropic", "gemini", "bedrock", "bedrock-invoke")
+    for provider in gated:
         # naive client, requests, passed, withheld, run executed, expected, naive via proxy,
         # naive direct, result
         assert rows["second-call-invalid", provider][2:] == [
@@ -143,7 +144,7 @@ def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
             *("1", "0", "1", "0", "0", "0", "2"),
             "ok",
         ]
-    assert stdout.splitlines()[-1] == "4 of 4 runs through the proxy as expected"
+    assert stdout.splitlines()[-1] == "6 of 6 runs through the proxy as expected"
 
 
 def test_lab_via_proxy_plays_a_client_that_declares_its_tools_a_second_time() -> None:

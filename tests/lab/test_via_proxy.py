@@ -14,6 +14,7 @@ import re
 import pytest
 
 from lockgate.lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME
+from lockgate.lab.variants import lab_entry, with_variants
 from lockgate.lab.via_proxy import (
     ProxyRun,
     calls_seen,
@@ -49,12 +50,17 @@ async def test_the_naive_client_through_the_proxy_executes_what_lockgate_run_doe
 
 
 def test_every_gated_protocol_plays_and_only_client_side_faults_are_skipped() -> None:
-    assert {run.provider for run in RUNS} == {"responses", "chat", "anthropic", "gemini"}
-    assert len(RUNS) >= 150
-    for scenario, name, reason in SKIPPED:
-        if reason == wire_skip_reason(name):  # Bedrock: the naive client reads SSE only
-            assert name == "bedrock"
-            continue
+    assert {run.provider for run in RUNS} == {
+        "responses",
+        "chat",
+        "anthropic",
+        "gemini",
+        "bedrock",
+        "bedrock-invoke",  # Bedrock's InvokeModelWithResponseStream, a lab variant
+    }
+    assert len(RUNS) >= 300
+    assert all(wire_skip_reason(name) is None for name in with_variants(NAMES))
+    for scenario, _name, reason in SKIPPED:
         assert skip_reason(scenario) == reason
         assert (
             scenario.options.close_fails
@@ -86,6 +92,42 @@ def test_calls_seen_counts_call_starts_even_in_a_broken_body(name: str) -> None:
     assert calls_seen(name, cut) == 1
     assert calls_seen(name, b"data: {not json}\n\n" + whole) == 1
     assert calls_seen(name, b"") == 0
+
+
+@pytest.mark.parametrize("name", ["bedrock", "bedrock-invoke"])
+def test_calls_seen_reads_an_event_stream_as_botocore_would(name: str) -> None:
+    """Each whole message up to the end, or to the first that does not decode: a cut last
+    message is dropped, and the call before it is seen (what botocore hands its caller)."""
+    renderer = lab_entry(name).render()
+    reply = Reply("resp_seen", (Say("Fixing."), Call("call_1", "edit", EDIT_FIX, 3)))
+    frames = [renderer.frame(event) for event in renderer.events(reply)]
+    whole = b"".join(frames)
+    assert calls_seen(name, whole) == 1
+    assert calls_seen(name, whole[:-7]) == 1  # the last message cut: the call still seen
+    corrupt = bytearray(frames[0])
+    corrupt[-1] ^= 1  # the first message's CRC: botocore raises, nothing after is read
+    assert calls_seen(name, bytes(corrupt) + b"".join(frames[1:])) == 0
+    assert calls_seen(name, b"") == 0
+
+
+@pytest.mark.parametrize(
+    ("provider", "scenario"),
+    [
+        ("bedrock", "bedrock-cut-in-payload"),
+        ("bedrock", "bedrock-bad-crc"),
+        ("bedrock", "bedrock-malformed-tool-use"),
+        ("bedrock-invoke", "second-call-invalid"),
+        ("bedrock-invoke", "output-limit"),
+    ],
+)
+async def test_the_naive_event_stream_client_would_run_a_refused_call_without_the_proxy(
+    provider: str, scenario: str
+) -> None:
+    result = await run_via_proxy(SCENARIOS_BY_NAME[scenario], provider)
+    assert result.problems == ()
+    assert (result.run_tools, result.naive_tools) == (0, 0)
+    assert result.direct_tools >= 1
+    assert result.withheld == 1
 
 
 # --- what a client other than lockgate does -----------------------------------------------------

@@ -1,40 +1,47 @@
 """Faults overlaid on a recorded exchange, and its playback as bytes and socket actions.
 
-A fault is written as a one-line spec (`parse_fault`, and `str(fault)` gives it back):
+A fault is written as a one-line spec (`parse_fault`, and `str(fault)` gives it back; the
+specs are `fault_spec`'s): cut or reset after, inside or at a byte of the body, stall,
+drop, duplicate or reorder an event, split the reads, answer an HTTP status instead, corrupt
+the last event's JSON, and on a binary event stream (Bedrock) break a frame's CRC or send
+an `exception` frame before it.
 
-| spec | what the body does |
-| --- | --- |
-| `cut:after=N` / `cut:inside=N` | ends cleanly after event N / in the middle of its bytes |
-| `reset:after=N` / `reset:inside=N` | the connection is reset (RST) there instead |
-| `stall:before=N:seconds=S` | S seconds of silence before event N |
-| `drop:N` / `duplicate:N` | event N is left out / sent twice |
-| `reorder:N` | events N and N+1 swap places |
-| `split:bytes=K` | every read is split K bytes in |
-| `split-utf8` | every read is split inside every multi-byte UTF-8 character in it |
-| `status:S[:retry-after=R]` | no stream: HTTP status S with the protocol's error body |
-| `corrupt-terminal` | the last event's JSON no longer parses (no frames: the last bytes) |
-
-Events are the body's SSE frames (`Cassette.frames`, keep-alive comments included), numbered
-from 1 as recorded: every fault addresses the recorded numbering, whatever the faults before
-it in the list did. `playback` keeps the recorded read boundaries (a fault cuts a read only
-where it has to) and, with `timing="recorded"`, the recorded pauses between reads.
+Events are the body's frames (`Cassette.frames`: SSE frames, keep-alive comments included,
+or binary event-stream messages), numbered from 1 as recorded: every fault that addresses
+an event addresses the recorded numbering, whatever the faults before it in the list did
+(`cut:byte=K` / `reset:byte=K` address the body as the faults before them left it: the
+first K bytes are sent). `playback` keeps the recorded read boundaries (a fault cuts a read
+only where it has to) and, with `timing="recorded"`, the recorded pauses between reads. On
+an event stream, `corrupt-terminal` removes the last event's closing brace from its JSON
+payload and makes its CRCs right again (the message decodes; its JSON does not parse), and
+`bad-crc` flips one bit of the frame's message CRC.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import math
 import random
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, get_args
+from typing import Literal
 
 from ..scripted.script import Action, Hang, Pause, Reset
+from .eventstream_frames import bad_crc, corrupt_payload, exception_frame
+from .fault_spec import (
+    EVENT_KINDS,
+    EVENTSTREAM_KINDS,
+    FAULT_KINDS,
+    MAX_FAULT_SECONDS,
+    Fault,
+    FaultKind,
+    parse_fault,
+    seconds_text,
+)
 from .format import Cassette, header_problem
 
 __all__ = [
+    "EVENT_KINDS",
     "FAULT_KINDS",
     "MAX_FAULT_SECONDS",
     "Fault",
@@ -47,174 +54,11 @@ __all__ = [
     "preserves_decision",
 ]
 
-FaultKind = Literal[
-    "cut",
-    "reset",
-    "stall",
-    "drop",
-    "duplicate",
-    "reorder",
-    "split",
-    "split-utf8",
-    "status",
-    "corrupt-terminal",
-]
-FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
-MAX_FAULT_SECONDS = 3600.0  # a stall or a retry-after longer than an hour is a typo
-MAX_EVENT = 10**9
-_EVENT_KINDS = frozenset({"cut", "reset", "stall", "drop", "duplicate", "reorder"})
-_NUMBER = re.compile(r"[0-9]{1,10}")
-_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_NOT_A_FRAME = -1  # an atom's event when the bytes are a frame a fault wrote
 # Response headers a playback does not repeat: the server frames the body itself.
 _FRAMING_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
 )
-
-
-def _seconds_text(value: float) -> str:
-    text = repr(float(value))
-    return text[:-2] if text.endswith(".0") else text
-
-
-def _check_seconds(value: object, name: str) -> None:
-    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
-        raise ValueError(f"{name} must be a number of seconds")
-    if not 0 <= value <= MAX_FAULT_SECONDS:  # type: ignore[operator]
-        raise ValueError(f"{name} must be between 0 and {MAX_FAULT_SECONDS:g} seconds")
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """One fault (see the module docstring). Only the fields its kind uses may differ from
-    their defaults, so that `parse_fault(str(fault)) == fault` always holds."""
-
-    kind: FaultKind
-    event: int | None = None  # the 1-based event (frame) it addresses, where it addresses one
-    inside: bool = False  # cut/reset: in the middle of event N's bytes instead of after it
-    seconds: float = 0.0  # stall: how long, before event N
-    offset: int | None = None  # split: every read split this many bytes in
-    status: int | None = None  # status: the HTTP status sent instead of the stream
-    retry_after: float | None = None  # status: its retry-after header
-
-    def __post_init__(self) -> None:
-        kind = self.kind
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {kind!r} (one of: {', '.join(FAULT_KINDS)})")
-        if kind in _EVENT_KINDS:
-            if type(self.event) is not int or not 1 <= self.event <= MAX_EVENT:
-                raise ValueError(f"{kind} needs an event number, 1 or more")
-        elif self.event is not None:
-            raise ValueError(f"{kind} addresses no event")
-        if type(self.inside) is not bool or (self.inside and kind not in ("cut", "reset")):
-            raise ValueError("only cut and reset go inside an event")
-        if kind == "stall":
-            _check_seconds(self.seconds, "a stall")
-        elif self.seconds != 0.0:
-            raise ValueError(f"{kind} takes no seconds")
-        if kind == "split":
-            if type(self.offset) is not int or not 1 <= self.offset <= MAX_EVENT:
-                raise ValueError("split needs a byte offset, 1 or more")
-        elif self.offset is not None:
-            raise ValueError(f"{kind} takes no byte offset")
-        if kind == "status":
-            if type(self.status) is not int or not 400 <= self.status <= 599:
-                raise ValueError("status needs an HTTP error status (400-599)")
-            if self.retry_after is not None:
-                _check_seconds(self.retry_after, "retry-after")
-        elif self.status is not None or self.retry_after is not None:
-            raise ValueError(f"{kind} takes no status")
-
-    def __str__(self) -> str:
-        kind = self.kind
-        if kind in ("cut", "reset"):
-            return f"{kind}:{'inside' if self.inside else 'after'}={self.event}"
-        if kind == "stall":
-            return f"stall:before={self.event}:seconds={_seconds_text(self.seconds)}"
-        if kind in ("drop", "duplicate", "reorder"):
-            return f"{kind}:{self.event}"
-        if kind == "split":
-            return f"split:bytes={self.offset}"
-        if kind == "status":
-            text = f"status:{self.status}"
-            if self.retry_after is not None:
-                text += f":retry-after={_seconds_text(self.retry_after)}"
-            return text
-        return kind  # split-utf8, corrupt-terminal
-
-
-_EXAMPLES: dict[str, str] = {
-    "cut": "cut:after=3 or cut:inside=3",
-    "reset": "reset:after=3 or reset:inside=3",
-    "stall": "stall:before=3:seconds=5",
-    "drop": "drop:3",
-    "duplicate": "duplicate:3",
-    "reorder": "reorder:3",
-    "split": "split:bytes=1",
-    "split-utf8": "split-utf8",
-    "status": "status:429:retry-after=2 or status:503",
-    "corrupt-terminal": "corrupt-terminal",
-}
-
-
-def _number(text: str) -> int | None:
-    return int(text) if _NUMBER.fullmatch(text) else None
-
-
-def _float(text: str) -> float | None:
-    return float(text) if _SECONDS.fullmatch(text) else None
-
-
-def _parse(kind: str, rest: list[str]) -> Fault | None:
-    """The fault a spec's parts give, None when they do not fit `kind`."""
-    if kind in ("cut", "reset") and len(rest) == 1:
-        where, _, value = rest[0].partition("=")
-        number = _number(value)
-        if where in ("after", "inside") and number is not None:
-            return Fault(kind, event=number, inside=where == "inside")  # type: ignore[arg-type]
-    elif kind == "stall" and len(rest) == 2:
-        before, seconds = rest
-        if before.startswith("before=") and seconds.startswith("seconds="):
-            number = _number(before.removeprefix("before="))
-            length = _float(seconds.removeprefix("seconds="))
-            if number is not None and length is not None:
-                return Fault("stall", event=number, seconds=length)
-    elif kind in ("drop", "duplicate", "reorder") and len(rest) == 1:
-        number = _number(rest[0])
-        if number is not None:
-            return Fault(kind, event=number)  # type: ignore[arg-type]
-    elif kind == "split" and len(rest) == 1 and rest[0].startswith("bytes="):
-        number = _number(rest[0].removeprefix("bytes="))
-        if number is not None:
-            return Fault("split", offset=number)
-    elif kind in ("split-utf8", "corrupt-terminal") and not rest:
-        return Fault(kind)  # type: ignore[arg-type]
-    elif kind == "status" and 1 <= len(rest) <= 2:
-        status = _number(rest[0])
-        retry: float | None = None
-        if len(rest) == 2:
-            if not rest[1].startswith("retry-after="):
-                return None
-            retry = _float(rest[1].removeprefix("retry-after="))
-            if retry is None:
-                return None
-        if status is not None:
-            return Fault("status", status=status, retry_after=retry)
-    return None
-
-
-def parse_fault(text: str) -> Fault:
-    """A fault from its spec (`cut:inside=3`, …); ValueError with a one-line reason."""
-    kind, *rest = text.split(":")
-    shown = text if len(text) <= 80 else text[:77] + "..."
-    if kind not in _EXAMPLES:
-        raise ValueError(f"unknown fault {shown!r} (one of: {', '.join(FAULT_KINDS)})")
-    try:
-        fault = _parse(kind, rest)
-    except ValueError as exc:
-        raise ValueError(f"fault {shown!r}: {exc}") from None
-    if fault is None:
-        raise ValueError(f"fault {shown!r} is not of the form {_EXAMPLES[kind]}")
-    return fault
 
 
 # --- where the events are ------------------------------------------------------------------
@@ -269,11 +113,19 @@ def _events_in(cassette: Cassette) -> int:
     return len(cassette.frames()[0]) if cassette.streamed else 0
 
 
-def _check_fits(fault: Fault, events: int) -> None:
-    """ValueError when `fault` addresses an event the exchange does not have."""
-    if fault.kind not in _EVENT_KINDS:
+def _check_fits(fault: Fault, cassette: Cassette, events: int) -> None:
+    """ValueError when `fault` addresses an event (or a byte) the exchange does not have,
+    or an event-stream frame in a body that is not an event stream."""
+    if fault.kind in EVENTSTREAM_KINDS and cassette.wire != "eventstream":
+        raise ValueError(f"{fault} addresses event-stream frames; this exchange has none")
+    if fault.kind not in EVENT_KINDS:
         return
-    assert fault.event is not None
+    if fault.event is None:  # cut or reset at a byte
+        assert fault.offset is not None
+        size = len(cassette.body)
+        if fault.offset >= size:
+            raise ValueError(f"{fault} addresses byte {fault.offset}; the body has {size}")
+        return
     if events == 0:
         raise ValueError(f"{fault} addresses events; this exchange has none")
     last = fault.event + 1 if fault.kind == "reorder" else fault.event
@@ -300,7 +152,8 @@ def _split_group(items: list[_Item], start: int, stop: int, offset: int) -> int:
     position = 0
     for index in range(start, stop):
         item = items[index]
-        assert isinstance(item, _Atom)
+        if not isinstance(item, _Atom):
+            continue  # a stall holds no byte
         size = len(item.data)
         if position + size <= offset:
             position += size
@@ -319,9 +172,35 @@ def _json_event(frame_raw: bytes) -> bool:
     return b"{" in frame_raw and frame_raw.rstrip().endswith(b"}")
 
 
+def _corrupt_eventstream(items: list[_Item], cassette: Cassette) -> None:
+    """Re-encode the last event frame whose payload is JSON without its closing brace (its
+    atoms become one), or without one the last byte of the body."""
+    frames = cassette.frames()[0]
+    for number in range(len(frames), 0, -1):
+        corrupted = corrupt_payload(frames[number - 1].raw)
+        if corrupted is None:
+            continue
+        start, stop = _group(items, number)
+        if start < 0:
+            continue
+        first, last = items[start], items[stop - 1]
+        assert isinstance(first, _Atom)
+        assert isinstance(last, _Atom)
+        items[start:stop] = [_Atom(corrupted, first.at, number, first.opens, last.closes)]
+        return
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if isinstance(item, _Atom) and item.data:
+            items[index] = replace(item, data=item.data[:-1])
+            return
+
+
 def _corrupt(items: list[_Item], cassette: Cassette) -> None:
     """Mangle the last event's JSON (drop its closing brace), or without a JSON event the
     last byte that is not white space."""
+    if cassette.wire == "eventstream":
+        _corrupt_eventstream(items, cassette)
+        return
     frames = cassette.frames()[0] if cassette.streamed else []
     target: int | None = None
     for number in range(len(frames), 0, -1):
@@ -346,9 +225,16 @@ def _apply(items: list[_Item], fault: Fault, cassette: Cassette) -> Ending | Non
     if kind == "corrupt-terminal":
         _corrupt(items, cassette)
         return None
-    if kind not in _EVENT_KINDS:
+    if kind not in EVENT_KINDS:
         return None  # split faults apply to the reads afterwards; status replaces it all
-    assert fault.event is not None
+    if fault.event is None:  # cut or reset at a byte of the body as played so far
+        assert fault.offset is not None
+        atoms = [index for index, item in enumerate(items) if isinstance(item, _Atom)]
+        if not atoms:
+            return None
+        cut = _split_group(items, atoms[0], len(items), fault.offset)
+        del items[cut:]
+        return "cut" if kind == "cut" else "reset"
     start, stop = _group(items, fault.event)
     if start < 0:
         return None  # already gone
@@ -360,6 +246,16 @@ def _apply(items: list[_Item], fault: Fault, cassette: Cassette) -> Ending | Non
         return "cut" if kind == "cut" else "reset"
     if kind == "stall":
         items.insert(start, _Stall(fault.seconds))
+    elif kind == "bad-crc":
+        last = items[stop - 1]
+        assert isinstance(last, _Atom)
+        items[stop - 1] = replace(last, data=bad_crc(last.data))
+    elif kind == "exception":
+        first = items[start]
+        assert isinstance(first, _Atom)
+        text = f"lockgate fault: {fault.exception_type} before frame {fault.event}"
+        frame = exception_frame(fault.exception_type, text)
+        items.insert(start, _Atom(frame, first.at, _NOT_A_FRAME, True, True))
     elif kind == "drop":
         del items[start:stop]
     elif kind == "duplicate":
@@ -458,7 +354,7 @@ def _status_playback(cassette: Cassette, fault: Fault) -> Playback:
         body = {"error": {"message": message}}
     headers: list[tuple[str, str]] = [("content-type", "application/json")]
     if fault.retry_after is not None:
-        headers.append(("retry-after", _seconds_text(fault.retry_after)))
+        headers.append(("retry-after", seconds_text(fault.retry_after)))
     return Playback(fault.status, tuple(headers), (json.dumps(body).encode(),))
 
 
@@ -480,7 +376,7 @@ def playback(
             raise ValueError(problem)
     events = _events_in(cassette)
     for fault in faults:
-        _check_fits(fault, events)
+        _check_fits(fault, cassette, events)
     for fault in faults:
         if fault.kind == "status":
             return _status_playback(cassette, fault)
@@ -520,8 +416,9 @@ def playback(
 
 
 def fault_points(cassette: Cassette, stall_seconds: float = 5.0) -> list[Fault]:
-    """Every fault kind at every event boundary of the exchange (stalls of `stall_seconds`),
-    then the faults that address no event. A non-streamed exchange gets only the latter."""
+    """Every fault kind at every event boundary of the exchange (stalls of `stall_seconds`;
+    on an event stream, a bad CRC and an exception frame at every frame too), then the
+    faults that address no event. A non-streamed exchange gets only the latter."""
     events = _events_in(cassette)
     points: list[Fault] = []
     for number in range(1, events + 1):
@@ -538,6 +435,8 @@ def fault_points(cassette: Cassette, stall_seconds: float = 5.0) -> list[Fault]:
         )
         if number < events:
             points.append(Fault("reorder", event=number))
+        if cassette.wire == "eventstream":
+            points.extend([Fault("bad-crc", event=number), Fault("exception", event=number)])
     points.extend(
         [
             Fault("split", offset=1),
@@ -567,7 +466,7 @@ def preserves_decision(fault: Fault, cassette: Cassette, idle_timeout: float) ->
     stall shorter than `idle_timeout`, dropping, duplicating or swapping frames that carry
     no event (keep-alive comments). Otherwise the fault may change it (then the only
     acceptable results are a refusal or exactly the recorded decision)."""
-    _check_fits(fault, _events_in(cassette))
+    _check_fits(fault, cassette, _events_in(cassette))
     if fault.kind in ("split", "split-utf8"):
         return True
     if fault.kind == "stall":

@@ -5,7 +5,7 @@ Line 1, the header (a JSON object):
 | field | value |
 | --- | --- |
 | `lockgate_cassette` | the format version (`1`) |
-| `protocol` | the provider that speaks it (`responses`, `chat`, `anthropic`, `gemini`) |
+| `protocol` | the provider that speaks it (`responses`, `chat`, `anthropic`, `gemini`, `bedrock`) |
 | `base_url` | the server's base URL, without credentials (no `user:password@`, no query) |
 | `method`, `path` | the request line (`path` without its query) |
 | `request` | the request body (JSON, as sent, credentials never in it) |
@@ -16,14 +16,17 @@ Line 1, the header (a JSON object):
 
 Then one line per transport read, in order: `{"t": SECONDS, "text": "…"}` (the read's bytes
 as UTF-8 text) or `{"t": SECONDS, "base64": "…"}` (where they are not UTF-8 on their own,
-e.g. a read that ends inside a character); `t` is the read's time since the response head
-arrived. A last line may say how the body ended: `{"end": "clean" | "reset" | "timeout", "t":
-SECONDS}` (absent: `clean`).
+e.g. a read that ends inside a character, and every read of a binary body: a response whose
+content type is `application/vnd.amazon.eventstream`, Bedrock's); `t` is the read's time
+since the response head arrived. A reader takes either form for any read, so a cassette
+written before binary bodies were recorded reads as it did. A last line may say how the
+body ended: `{"end": "clean" | "reset" | "timeout", "t": SECONDS}` (absent: `clean`).
 
 Events are not stored: they are derived from the bytes when a cassette is loaded
-(`Cassette.frames`), so that a fault can address an event and a byte alike. What a reader does
-not know (a newer version, a field of the wrong type, a line that is not JSON) is a
-`CassetteError` with a one-line reason naming the file and line.
+(`Cassette.frames`: the SSE frames of a `text/event-stream` body, the binary messages of an
+event-stream body, `eventstream_frames`), so that a fault can address an event and a byte
+alike. What a reader does not know (a newer version, a field of the wrong type, a line that
+is not JSON) is a `CassetteError` with a one-line reason naming the file and line.
 
 Every line ends with a line feed and holds no other character a common line splitter splits
 on: JSON escapes the control characters, and the writer also escapes U+0085, U+2028 and
@@ -53,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
 from ..files import FileProblem, read_regular
 from ..sse import RawFrame, SSEFramer
 
@@ -67,6 +71,7 @@ __all__ = [
     "Ending",
     "Read",
     "Verdict",
+    "Wire",
     "dumps",
     "header_problem",
     "load",
@@ -81,6 +86,7 @@ CASSETTE_VERSION = 1
 CASSETTE_SUFFIX = ".cassette.jsonl"
 MAX_CASSETTE_BYTES = 256 * 1024 * 1024  # a file larger than this is not read
 Ending = Literal["clean", "reset", "timeout"]
+Wire = Literal["sse", "eventstream"]
 _ENDINGS: tuple[Ending, ...] = ("clean", "reset", "timeout")
 
 
@@ -181,23 +187,39 @@ class Cassette:
         return None
 
     @property
+    def wire(self) -> Wire | None:
+        """How the body is framed: `sse` (`text/event-stream`), `eventstream` (the binary
+        `application/vnd.amazon.eventstream`), or None (a whole body: JSON, an error)."""
+        kind = (self.header("content-type") or "").split(";", 1)[0].strip().lower()
+        if kind == "text/event-stream":
+            return "sse"
+        if kind == EVENTSTREAM_MEDIA_TYPE:
+            return "eventstream"
+        return None
+
+    @property
     def streamed(self) -> bool:
         """Whether the response is an event stream (else a whole body: JSON, an error)."""
-        kind = self.header("content-type") or ""
-        return kind.split(";", 1)[0].strip().lower() == "text/event-stream"
+        return self.wire is not None
 
     def frames(self) -> tuple[list[RawFrame], bytes]:
-        """The body's SSE frames (raw bytes and event each) and the bytes after the last
-        (none of a clean stream's). The framer has no size bound here: a cassette is read
-        whole already."""
+        """The body's frames (raw bytes and event each: SSE frames, or binary event-stream
+        messages) and the bytes after the last (none of a clean stream's). The framer has no
+        size bound here: a cassette is read whole already."""
         body = self.body
+        if self.wire == "eventstream":
+            from .eventstream_frames import frames as eventstream_frames
+
+            return eventstream_frames(body)
         framer = SSEFramer(max(len(body), 1))
         frames = framer.feed(body)
         frames.extend(framer.finish())
         return frames, framer.tail
 
 
-def _encode_read(read: Read) -> dict[str, Any]:
+def _encode_read(read: Read, binary: bool = False) -> dict[str, Any]:
+    if binary:
+        return {"t": round(read.at, 6), "base64": base64.b64encode(read.data).decode("ascii")}
     try:
         return {"t": round(read.at, 6), "text": read.data.decode("utf-8")}
     except UnicodeDecodeError:
@@ -226,7 +248,8 @@ def _dumps(cassette: Cassette, where: str) -> str:
         "verdict": None if cassette.verdict is None else cassette.verdict.as_json(),
     }
     lines = [_json_line(header)]
-    lines.extend(_json_line(_encode_read(read)) for read in cassette.reads)
+    binary = cassette.wire == "eventstream"
+    lines.extend(_json_line(_encode_read(read, binary)) for read in cassette.reads)
     if cassette.end != "clean" or cassette.end_at is not None:
         end: dict[str, Any] = {"end": cassette.end}
         if cassette.end_at is not None:

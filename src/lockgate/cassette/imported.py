@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
 from .format import Cassette, CassetteError, Read, header_problem
 from .format import public_headers as _public_headers
 
-PROTOCOLS = ("responses", "chat", "anthropic", "gemini")
+PROTOCOLS = ("responses", "chat", "anthropic", "gemini", "bedrock")
 # Headers that describe the transfer, not the stored (decoded, whole) body.
 _TRANSFER_HEADERS = frozenset(
     {"content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding"}
@@ -48,11 +49,18 @@ class Sources:
     skipped: tuple[Skipped, ...]
 
 
+_BEDROCK_PATH = re.compile(
+    r"/model/[^/]+/(converse-stream|converse|invoke-with-response-stream|invoke)$"
+)
+
+
 def protocol_of_path(path: str) -> str | None:
     """The protocol a request path speaks, or None (`/chat/completions` → chat,
     `/responses` → responses, `/messages` → anthropic, `:streamGenerateContent` →
-    gemini)."""
+    gemini, `/model/{id}/converse-stream` and Bedrock's other runtime paths → bedrock)."""
     path = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    if _BEDROCK_PATH.search(path):
+        return "bedrock"
     if path.endswith(":streamGenerateContent"):
         return "gemini"
     if path.endswith("/chat/completions"):
@@ -99,9 +107,11 @@ def _kept_headers(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ..
 
 
 def _is_event_stream(headers: Iterable[tuple[str, str]]) -> bool:
+    """Whether the response streamed: SSE, or the AWS binary event stream (Bedrock)."""
     for name, value in headers:
         if name.lower() == "content-type":
-            return value.split(";", 1)[0].strip().lower() == "text/event-stream"
+            kind = value.split(";", 1)[0].strip().lower()
+            return kind in ("text/event-stream", EVENTSTREAM_MEDIA_TYPE)
     return False
 
 

@@ -16,12 +16,13 @@ where the fault must not matter (`preserves_decision`), one that does not releas
 it (or that releases something where the unfaulted run refused).
 
 One exception, counted apart as `undetectable`: on a protocol whose events carry no sequence
-numbers and no terminal summary of the output (Chat Completions, Anthropic Messages, Gemini:
-`UNNUMBERED`), dropping, duplicating or swapping a content event (`REWRITING`) makes another
-complete, well-formed response, which no client can tell from one the provider sent; when
-lockgate accepts it, the release differs from the unfaulted one without any rule of the
-protocol being broken. They are reported (so that a reader sees, e.g., that a dropped
-Anthropic `input_json_delta` can release a call with fewer arguments), not failed on. On
+numbers and no terminal summary of the output (Chat Completions, Anthropic Messages, Gemini,
+Bedrock Converse: `UNNUMBERED`), dropping, duplicating or swapping a content event
+(`REWRITING`) makes another complete, well-formed response, which no client can tell from
+one the provider sent; when lockgate accepts it, the release differs from the unfaulted one
+without any rule of the protocol being broken. They are reported (so that a reader sees,
+e.g., that a dropped Anthropic `input_json_delta` can release a call with fewer arguments),
+not failed on. On
 Responses (`sequence_number`, the terminal event's output) such a change is a violation.
 """
 
@@ -35,7 +36,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..client import StreamingModelClient
 from ..conversation import Message, ToolSpec
@@ -44,6 +45,9 @@ from ..retry import RetryPolicy
 from ..scripted.script import Action, play
 from .faults import Fault, Playback, fault_points, playback, preserves_decision
 from .format import Cassette
+
+if TYPE_CHECKING:
+    from ..providers.base import Provider
 
 __all__ = [
     "DEADLINE_SECONDS",
@@ -60,11 +64,12 @@ __all__ = [
     "judge",
     "lab",
     "run_virtual",
+    "speaker",
 ]
 
 IDLE_SECONDS = 1.0  # the judge's idle timeout (virtual seconds on `VirtualTimeLoop`)
 DEADLINE_SECONDS = 30.0
-UNNUMBERED = frozenset({"chat", "anthropic", "gemini"})  # no event numbers, no output summary
+UNNUMBERED = frozenset({"chat", "anthropic", "gemini", "bedrock"})  # no numbers, no summary
 REWRITING = frozenset({"drop", "duplicate", "reorder"})  # faults that rewrite the event list
 _HISTORY = (Message("user", "(a recorded exchange)"),)
 T = TypeVar("T")
@@ -112,16 +117,28 @@ def run_virtual(work: Callable[[], Any]) -> Any:
 # --- the tools a recorded request declares --------------------------------------------------
 
 
+def speaker(cassette: Cassette) -> Provider:
+    """The client that speaks the recorded exchange: its protocol's, or the lab variant
+    whose server path it is (Bedrock's InvokeModel for Anthropic models:
+    `lab.variants`)."""
+    from ..lab.variants import variants_of
+    from ..providers import provider
+
+    for variant in variants_of(cassette.protocol):
+        if variant.render().answers(cassette.path):
+            return variant
+    return provider(cassette.protocol)
+
+
 def cassette_tools(cassette: Cassette) -> tuple[ToolSpec, ...]:
     """The function tools the recorded request exposes (what a call may name), with their
     schemas where usable: the provider's gateway reads them; Gemini's
     `tools[*].functionDeclarations` are read here (`parametersJsonSchema`, else the
     OpenAPI-subset `parameters`, which only the names of its properties are kept of)."""
     from ..gateway import declared_tool
-    from ..providers import provider
 
     request = cassette.request if isinstance(cassette.request, Mapping) else {}
-    entry = provider(cassette.protocol)
+    entry = speaker(cassette)
     if entry.gateway is not None:
         return entry.gateway().tools(request, validate_schemas=True)
     specs: list[ToolSpec] = []
@@ -228,11 +245,10 @@ async def judge(
 ) -> Judgement:
     """Play the cassette (with `faults`) to lockgate's client; what it decides. ValueError
     when a fault addresses an event the exchange does not have."""
-    from ..providers import provider
     from ..providers.base import CodecOptions
 
     played = playback(cassette, faults)
-    entry = provider(cassette.protocol)
+    entry = speaker(cassette)
     client = StreamingModelClient(
         entry.make_codec(CodecOptions("recorded-model")),
         _PlaybackTransport(played, cassette.protocol),

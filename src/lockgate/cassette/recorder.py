@@ -26,8 +26,9 @@ until no secret remains (should a secret overlap `[redacted]` itself, what is le
 removed instead), so the replacement never leaves a secret behind.
 
 `RecordingTransport` wraps a `Transport` for `lockgate run`: each `open` records one
-exchange. An opened stream is recorded as status 200, `content-type: text/event-stream` (the
-SDK's response head is not visible through the transport seam); a failed opening with an
+exchange. An opened stream is recorded as status 200 with the protocol's stream content type
+(`text/event-stream`, or Bedrock's `application/vnd.amazon.eventstream`: the SDK's response
+head is not visible through the transport seam); a failed opening with an
 HTTP status as that status with an empty body (the SDK keeps the error body) and the
 refusal it caused (a connection failure, without a status, is not an HTTP exchange and is
 not recorded). The verdict of a stream comes from the client's observer events (pass
@@ -271,7 +272,24 @@ def request_path(protocol: str, request: Mapping[str, Any]) -> str:
 
         model = request.get("model")
         return stream_path(model) if isinstance(model, str) else "/"
+    if protocol == "bedrock":
+        from ..providers.bedrock.codec import stream_path as converse_stream_path
+
+        model = request.get("model")
+        return converse_stream_path(model) if isinstance(model, str) else "/"
     return "/"
+
+
+def _streamed_media_type(protocol: str) -> str:
+    """The content type of a protocol's stream (`text/event-stream`, or Bedrock's binary
+    `application/vnd.amazon.eventstream`), as its lab renderer states it."""
+    from ..providers import provider
+    from ..scripted.renderer import SSE_MEDIA_TYPE, media_type
+
+    try:
+        return media_type(provider(protocol).render())
+    except KeyError:
+        return SSE_MEDIA_TYPE
 
 
 def check_folder(folder: Path) -> Path:
@@ -528,7 +546,7 @@ class RecordingTransport:
 
     async def open(self, request: Mapping[str, Any], *, attempt: int = 0) -> ByteStream:
         body = dict(request)
-        if self.protocol == "gemini":
+        if self.protocol in ("gemini", "bedrock"):
             body.pop("model", None)  # it travels in the path
         exchange = self.recorder.exchange(
             self.protocol, self.base_url, "POST", self._path(request), body
@@ -546,7 +564,7 @@ class RecordingTransport:
         except BaseException:
             exchange.discard()
             raise
-        exchange.head(200, [("content-type", "text/event-stream")])
+        exchange.head(200, [("content-type", _streamed_media_type(self.protocol))])
         self._pending.append(exchange)
         return _RecordedStream(stream, exchange)
 

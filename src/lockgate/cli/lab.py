@@ -353,7 +353,8 @@ async def _cassette_lab(args: argparse.Namespace) -> int:
             print(
                 f"{len(report.undetectable)} runs released another well-formed response: a "
                 "dropped, duplicated or swapped event on a protocol without event numbers "
-                "(chat, anthropic, gemini) is not detectable from the bytes (--json lists them)"
+                "(chat, anthropic, gemini, bedrock) is not detectable from the bytes (--json lists "
+                "them)"
             )
         print(f"{report.runs} runs, {len(violations)} violations")
     return EXIT_OK if not violations else EXIT_FAILED

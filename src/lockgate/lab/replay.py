@@ -78,9 +78,9 @@ class ReplayTransport:
     opening."""
 
     def __init__(self, turns: Sequence[Turn], provider: str | None = None) -> None:
-        from ..providers import provider as registry_entry
+        from .variants import lab_entry
 
-        entry = registry_entry(provider)
+        entry = lab_entry(provider)
         self.protocol = entry.render()
         self._classify = entry.classify_error
         self._turns = list(turns)

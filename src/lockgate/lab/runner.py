@@ -17,7 +17,6 @@ from ..codec import ProviderCodec
 from ..conversation import Usage
 from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
-from ..providers import provider as registry_entry
 from ..providers.base import CodecOptions, Provider
 from ..retry import RetryPolicy
 from ..scripted.renderer import Renderer
@@ -29,6 +28,7 @@ from .neutral import NeutralCodec
 from .replay import InstrumentedTransport, ReplayTransport
 from .scenarios import SCENARIOS
 from .server import serve_script
+from .variants import lab_entry, runs_on, server_provider, with_variants
 
 LabTransport = Literal["inprocess", "http"]
 LAB_API_KEY = "lab-key-not-a-secret"
@@ -125,7 +125,7 @@ async def _wiring(
             replay, replay.protocol, replay.paused.wait, no_server, lambda: list(replay.requests)
         )
         return
-    async with serve_script(turns, provider=provider.name) as server:
+    async with serve_script(turns, provider=server_provider(provider.name)) as server:
         transport = provider.make_transport(  # the SDK: imported only over HTTP
             TransportOptions(
                 api_key=LAB_API_KEY,
@@ -143,7 +143,7 @@ async def _wiring(
 
         yield _Wiring(
             transport,
-            server.protocol,
+            provider.render(),
             server.paused.wait,
             view,
             lambda: [
@@ -180,7 +180,8 @@ def lab_runs(
     scenario: Scenario | None, providers: Sequence[str], transport: str
 ) -> list[tuple[Scenario, str, LabTransport]]:
     """The (scenario, provider, transport) runs asked for: every scenario (or the one
-    named) on every asked provider it applies to, over every asked transport it supports."""
+    named) on every asked provider (and its lab variants, `variants.with_variants`) it
+    applies to, over every asked transport it supports."""
     wanted: tuple[LabTransport, ...] = (
         ("inprocess", "http") if transport == "both" else (cast(LabTransport, transport),)
     )
@@ -188,8 +189,8 @@ def lab_runs(
     return [
         (s, provider, kind)
         for s in scenarios
-        for provider in providers
-        if s.runs_on(provider)
+        for provider in with_variants(providers)
+        if runs_on(s, provider)
         for kind in wanted
         if kind in s.transports
     ]
@@ -213,7 +214,7 @@ async def run_scenario(
 
     meter = UsageMeter()
     turns = scenario.turns()
-    entry = registry_entry(provider)
+    entry = lab_entry(provider)
     async with _wiring(turns, transport, entry) as wiring:
         instrumented = InstrumentedTransport(wiring.transport, scenario.options.close_fails)
         client = StreamingModelClient(

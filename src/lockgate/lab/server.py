@@ -15,8 +15,9 @@ once on 426). A script that runs out answers 400 with `x-should-retry: false`, w
 retries. A playback turn (a recorded exchange, `cassette.faults.playback`) is sent as
 recorded: its status, its headers, its reads as chunks, its pauses, resets and hangs. It
 records what each request carried (never the credential itself) and whether the client
-closed early. How each answer is written is `lab.answers`' (`TurnWriter`); this module
-routes requests to turns.
+closed early. How each answer is written is `lab.answers`' (`TurnWriter`), in the wire of
+the request's path (`renderer.routed`: Bedrock's server answers Converse and InvokeModel);
+this module routes requests to turns.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsonlimits import parse_json
-from ..scripted.renderer import Renderer
+from ..scripted.renderer import Renderer, routed
 from ..scripted.reply import OpeningError
 from ..scripted.script import Turn
 from .answers import TurnWriter
@@ -79,11 +80,6 @@ class ScriptedServer:
     # Instead of the next turn in order: the turn for this request (None: none matches,
     # answered 404 and logged, no turn consumed).
     select: Callable[[RecordedRequest], Turn | None] | None = None
-
-    @property
-    def _writer(self) -> TurnWriter:
-        """What writes each answer (`lab.answers`), in this server's protocol."""
-        return TurnWriter(self.protocol, self.paused)
 
     @property
     def stray_requests(self) -> list[RecordedRequest]:
@@ -231,10 +227,12 @@ class ScriptedServer:
                 await _send_json(writer, 400, body, {"x-should-retry": "false"})
                 return
             self.answered += 1
-            error = turn.opening_error(self.protocol)
+            protocol = routed(self.protocol, request.path)  # the wire this path speaks
+            answering = TurnWriter(protocol, self.paused)
+            error = turn.opening_error(protocol)
             if turn.playback is not None:
                 request.outcome = "playback" if turn.status == 200 else f"HTTP {turn.status}"
-                finished = await self._writer.play(reader, writer, turn, request.timeline)
+                finished = await answering.play(reader, writer, turn, request.timeline)
                 request.client_closed_early = not finished
                 request.timeline.append(
                     (time.monotonic(), "finished" if finished else "client closed")
@@ -246,18 +244,18 @@ class ScriptedServer:
                 status, error_body, error_headers = error
                 request.outcome = f"HTTP {status}"
                 await _send_json(writer, status, error_body, error_headers)
-            elif not self.protocol.is_streaming(request.path, request.body):
+            elif not protocol.is_streaming(request.path, request.body):
                 if turn.reply is None:
                     request.outcome = "HTTP 400 (this turn only streams)"
                     only = OpeningError(400, "exhausted", "this scripted turn only streams")
-                    await _send_json(writer, 400, self.protocol.error_body(only), {})
+                    await _send_json(writer, 400, protocol.error_body(only), {})
                 else:
-                    request.outcome, request.client_closed_early = await self._writer.answer_json(
+                    request.outcome, request.client_closed_early = await answering.answer_json(
                         reader, writer, turn, request.timeline
                     )
             else:
                 request.outcome = "stream"
-                finished = await self._writer.stream(reader, writer, turn, request.timeline)
+                finished = await answering.stream(reader, writer, turn, request.timeline)
                 request.client_closed_early = not finished
                 request.timeline.append(
                     (time.monotonic(), "finished" if finished else "client closed")

@@ -1,6 +1,9 @@
 """The lab through the proxy (`lockgate lab --via proxy`): every scenario of every protocol
-with a gateway, played as a deliberately naive client → `lockgate proxy` → the scripted
-server.
+with a gateway (and Bedrock's InvokeModelWithResponseStream, the lab variant
+`bedrock-invoke`), played as a deliberately naive client → `lockgate proxy` → the scripted
+server. A binary event stream (Bedrock's) the naive client reads as botocore does
+(`naive_eventstream`): message by message, until one does not decode, a message cut at the
+end dropped.
 
 The naive client is the kind the proxy exists for: it sends the requests `lockgate run`
 sent for the scenario (the same turns are consumed, in the same order), reads each answer
@@ -49,13 +52,15 @@ from typing import Any
 
 from ..errors import ResponseFailure
 from ..events import ToolCallStarted
-from ..providers import provider as registry_entry
+from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
 from ..scripted.renderer import SSE_MEDIA_TYPE, media_type
 from ..scripted.scenario import OtherClient, Scenario
 from ..sse import ServerSentEvent, SSEDecoder, SSEFramer, canonical_frame
+from .naive_eventstream import eventstream_content, eventstream_events
 from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS
 from .server import serve_script
+from .variants import lab_entry, runs_on, server_provider, with_variants
 
 __all__ = [
     "NAIVE_READ_TIMEOUT_SECONDS",
@@ -139,12 +144,11 @@ def skip_reason(scenario: Scenario) -> str | None:
 
 def wire_skip_reason(provider: str) -> str | None:
     """Why a provider's scenarios are not played through the proxy (None: they are): the
-    naive client reads SSE bodies only (`calls_seen`, `_content`), so a protocol on another
-    wire (Bedrock's event stream) waits for its reader; its proxy path is tested with the
-    real boto3 client instead (`tests/proxy/test_bedrock_proxy.py`)."""
-    wire = media_type(registry_entry(provider).render())
-    if wire != SSE_MEDIA_TYPE:
-        return f"the naive client reads SSE only, not {wire} (its reader is not written yet)"
+    naive client reads SSE bodies and binary event streams (`naive_eventstream`: Bedrock's
+    ConverseStream and InvokeModelWithResponseStream), and no other wire."""
+    wire = media_type(lab_entry(provider).render())
+    if wire not in (SSE_MEDIA_TYPE, EVENTSTREAM_MEDIA_TYPE):
+        return f"the naive client reads SSE and the AWS event stream, not {wire}"
     return None
 
 
@@ -153,14 +157,15 @@ def proxy_lab_runs(
 ) -> tuple[list[ProxyRun], list[tuple[Scenario, str, str]]]:
     """The runs to play through the proxy, and the (scenario, provider) pairs skipped with
     their reason: every scenario (or the one named) on every asked provider with a
-    gateway, and once more with its tools declared where its other client declares
-    tools."""
+    gateway (and its lab variants: Bedrock's invoke, `variants.with_variants`), and once
+    more with its tools declared where its other client declares tools."""
     scenarios = SCENARIOS if scenario is None else (scenario,)
     runs: list[ProxyRun] = []
     skipped: list[tuple[Scenario, str, str]] = []
+    names = with_variants(providers)
     for candidate in scenarios:
-        for name in providers:
-            if not candidate.runs_on(name) or registry_entry(name).gateway is None:
+        for name in names:
+            if not runs_on(candidate, name) or lab_entry(name).gateway is None:
                 continue
             reason = skip_reason(candidate) or wire_skip_reason(name)
             if reason is not None:
@@ -190,15 +195,19 @@ def calls_seen(provider: str, body: bytes) -> int:
     """The tool calls a naive client sees in a body: every call start the protocol's
     decoder recognizes, reading on past whatever it refuses (an event it cannot take is
     skipped, a frame past the size bound ends the reading)."""
-    entry = registry_entry(provider)
+    entry = lab_entry(provider)
     assert entry.gateway is not None
-    decoder = entry.gateway().new_decoder()
-    frames = SSEDecoder()
-    try:
-        events = frames.feed(body)
-        events.extend(frames.finish())
-    except Exception:
-        return 0
+    gateway = entry.gateway()
+    decoder = gateway.new_decoder()
+    if media_type(entry.render()) == EVENTSTREAM_MEDIA_TYPE:
+        events = eventstream_events(gateway, body)
+    else:
+        frames = SSEDecoder()
+        try:
+            events = frames.feed(body)
+            events.extend(frames.finish())
+        except Exception:
+            return 0
     seen = 0
     for event in events:
         try:
@@ -215,10 +224,12 @@ def _content(provider: str, body: bytes) -> list[bytes]:
     readers would read it differently: `StreamDecoder.canonical_data`), keep-alives and the
     events the protocol's decoder skips left out (the proxy sends a held stream's
     keep-alives at once, ahead of the frames it holds, and never forwards what it does not
-    judge)."""
-    entry = registry_entry(provider)
+    judge). An event stream's are its messages (`naive_eventstream.eventstream_content`)."""
+    entry = lab_entry(provider)
     assert entry.gateway is not None
     gateway = entry.gateway()
+    if media_type(entry.render()) == EVENTSTREAM_MEDIA_TYPE:
+        return eventstream_content(gateway, body)
     decoder = gateway.new_decoder()
     framer = SSEFramer(len(body) + 1)
     frames = framer.feed(body)
@@ -299,10 +310,11 @@ async def run_via_proxy(
     requests = [declaring(body, other) if declared else body for body in reference.requests]
     expected = other.executes if declared else reference.tools_executed
     websocket_first = other.websocket_first
-    renderer = registry_entry(provider).render()
+    renderer = lab_entry(provider).render()
     where = renderer.path + (f"?{renderer.stream_query}" if renderer.stream_query else "")
     turns = scenario.turns()
-    async with serve_script(turns, provider=provider) as server:
+    serving_provider = server_provider(provider)  # a variant's server is its provider's
+    async with serve_script(turns, provider=serving_provider) as server:
         origin = f"http://{server.host}:{server.port}"
         direct = (await _naive(origin + where, requests, websocket_first=websocket_first)).answers
     records: list[ProxyRecord] = []
@@ -312,7 +324,7 @@ async def run_via_proxy(
         keepalive_interval=LAB_DEADLINE_SECONDS,  # no keep-alive within a lab run
         validate_schemas=True,  # `lockgate run` checks its calls against its tools' schemas
     )
-    async with serve_script(turns, provider=provider) as server:
+    async with serve_script(turns, provider=serving_provider) as server:
         upstream = f"http://{server.host}:{server.port}"
         config = ProxyConfig(upstream=upstream, gating=gating)
         async with serving(config, records.append) as running:

@@ -116,6 +116,20 @@ class FramedRenderer(Protocol):
     def media_type(self) -> str: ...
 
 
+@runtime_checkable
+class RoutedRenderer(Protocol):
+    """A renderer whose server answers more than one wire (Bedrock: Converse, and InvokeModel
+    for Anthropic models) names the renderer of each request path (`routed`)."""
+
+    def for_path(self, path: str) -> Renderer: ...
+
+
+def routed(renderer: Renderer, path: str) -> Renderer:
+    """The renderer that answers a request to `path` (`renderer` itself but for a
+    `RoutedRenderer`)."""
+    return renderer.for_path(path) if isinstance(renderer, RoutedRenderer) else renderer
+
+
 def leading_results(
     request: Mapping[str, Any],
     has_call: Callable[[Mapping[str, Any]], bool],

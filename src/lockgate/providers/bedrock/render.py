@@ -5,7 +5,9 @@ them, as binary `application/vnd.amazon.eventstream` messages (`lockgate.eventst
 input as string fragments, `contentBlockStop`, `messageStop` with the stop reason, then
 `metadata` with usage and metrics; every payload carries Bedrock's random padding field
 `p`. Also the non-streaming `converse` answer, Bedrock's JSON error bodies, and where
-Converse wants tool results.
+Converse wants tool results. The same server answers InvokeModel for Anthropic models
+(`/model/{id}/invoke-with-response-stream`, `/model/{id}/invoke`) with `lab_invoke`'s
+renderer (`BedrockRenderer.for_path`).
 
 How neutral reply parts render:
 
@@ -29,11 +31,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 from ...eventstream import MEDIA_TYPE, encode_message
-from ...scripted.renderer import Frame, FunctionCallsOnly, leading_results, walk
+from ...scripted.renderer import Frame, FunctionCallsOnly, Renderer, leading_results, walk
 from ...scripted.reply import (
     LAB_MODEL,
     Call,
@@ -51,6 +53,9 @@ from ...scripted.reply import (
 from ...scripted.script import Turn
 from .codec import stream_path
 from .framing import message_headers
+
+if TYPE_CHECKING:
+    from ..base import Provider
 
 __all__ = [
     "RENDERER",
@@ -304,14 +309,30 @@ class BedrockRenderer:
     media_type = MEDIA_TYPE  # the body is binary, not SSE
 
     def answers(self, path: str) -> bool:
+        """ConverseStream and Converse, and InvokeModel (with response stream) for
+        Anthropic models (`for_path` gives those their own renderer)."""
         parts = path.split("?", 1)[0].split("/")
         return (
             len(parts) == 4
             and parts[0] == ""
             and parts[1] == "model"
             and bool(unquote(parts[2]))
-            and parts[3] in ("converse-stream", "converse")
+            and parts[3] in ("converse-stream", "converse", "invoke-with-response-stream", "invoke")
         )
+
+    def for_path(self, path: str) -> Renderer:
+        """The renderer of a request to `path`: this one for Converse, `lab_invoke`'s for
+        InvokeModel (Anthropic events in `chunk` messages)."""
+        from .lab_invoke import RENDERER as INVOKE
+        from .lab_invoke import is_invoke_path
+
+        return INVOKE if is_invoke_path(path) else self
+
+    def lab_variants(self) -> tuple[Provider, ...]:
+        """The lab's other clients of this server: InvokeModelWithResponseStream's."""
+        from .lab_invoke import INVOKE_LAB
+
+        return (INVOKE_LAB,)
 
     def is_streaming(self, path: str, body: object) -> bool:
         return path.split("?", 1)[0].endswith("/converse-stream")
