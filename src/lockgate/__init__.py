@@ -38,8 +38,8 @@ _EXPORTS = {
     "GatingOptions": "proxy",
     "GatingTransport": "proxy.transport",
     "gated_client": "proxy.transport",
-    "gated_bedrock": "providers.bedrock.boto3_gate",
-    "BedrockGateError": "providers.bedrock.boto3_gate",
+    "gated_bedrock": "proxy.boto3_gate",
+    "BedrockGateError": "proxy.boto3_gate",
 }
 
 __all__ = [
@@ -79,8 +79,8 @@ if TYPE_CHECKING:
     from .gate import GateLimits
     from .loop import run_agent
     from .providers import PROVIDERS, CodecOptions, Provider
-    from .providers.bedrock.boto3_gate import BedrockGateError, gated_bedrock
     from .proxy import GatingOptions
+    from .proxy.boto3_gate import BedrockGateError, gated_bedrock
     from .proxy.transport import GatingTransport, gated_client
     from .retry import RetryPolicy
     from .tools import ToolError, ToolExecutor

@@ -19,11 +19,11 @@ from lockgate.eventstream import EventStreamDecoder
 from lockgate.lab.runner import lab_runs, run_scenario
 from lockgate.lab.scenarios import NEUTRAL_SCENARIOS, SCENARIOS, SCENARIOS_BY_NAME
 from lockgate.lab.server import serve_script
-from lockgate.lab.variants import lab_entry, server_provider, with_variants
 from lockgate.providers.anthropic.render import RENDERER as ANTHROPIC
 from lockgate.providers.bedrock.invoke import WIRE
 from lockgate.providers.bedrock.lab_invoke import ANTHROPIC_VERSION, RENDERER, invoke_path
-from lockgate.providers.bedrock.render import RENDERER as BEDROCK
+from lockgate.providers.bedrock.server_render import RENDERER as BEDROCK
+from lockgate.providers.variants import lab_entry, server_provider, with_variants
 from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.scripted.script import Turn, json_answer
 

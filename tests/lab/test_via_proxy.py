@@ -14,7 +14,6 @@ import re
 import pytest
 
 from lockgate.lab.scenarios import SCENARIOS, SCENARIOS_BY_NAME
-from lockgate.lab.variants import lab_entry, with_variants
 from lockgate.lab.via_proxy import (
     ProxyRun,
     calls_seen,
@@ -25,6 +24,7 @@ from lockgate.lab.via_proxy import (
     wire_skip_reason,
 )
 from lockgate.providers import NAMES, provider
+from lockgate.providers.variants import lab_entry, with_variants
 from lockgate.scripted.reply import Call, Reply, Say
 from lockgate.scripted.scenario import EDIT_FIX, OtherClient
 

@@ -24,8 +24,8 @@ from lockgate.eventstream import MEDIA_TYPE, encode_message
 from lockgate.lab.server import ScriptedServer, serve_script
 from lockgate.providers.bedrock.framing import message_headers
 from lockgate.providers.bedrock.gateway import GATEWAY
-from lockgate.providers.bedrock.render import RENDERER
 from lockgate.providers.bedrock.scenarios import SCENARIOS
+from lockgate.providers.bedrock.server_render import RENDERER
 from lockgate.proxy.framing import framing_for
 from lockgate.proxy.server import ProxyConfig, ProxyRecord, serving
 from lockgate.scripted.reply import Call

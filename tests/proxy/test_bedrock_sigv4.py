@@ -23,7 +23,7 @@ from botocore.credentials import Credentials  # type: ignore[import-untyped]
 from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from lockgate.eventstream import MEDIA_TYPE
-from lockgate.providers.bedrock.render import RENDERER
+from lockgate.providers.bedrock.server_render import RENDERER
 from lockgate.proxy.config_file import settings_from_text
 from lockgate.proxy.routes import PathProblem, plain_path
 from lockgate.proxy.server import ProxyRecord, serving

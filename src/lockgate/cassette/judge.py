@@ -120,9 +120,9 @@ def run_virtual(work: Callable[[], Any]) -> Any:
 def speaker(cassette: Cassette) -> Provider:
     """The client that speaks the recorded exchange: its protocol's, or the lab variant
     whose server path it is (Bedrock's InvokeModel for Anthropic models:
-    `lab.variants`)."""
-    from ..lab.variants import variants_of
+    `providers.variants`)."""
     from ..providers import provider
+    from ..providers.variants import variants_of
 
     for variant in variants_of(cassette.protocol):
         if variant.render().answers(cassette.path):

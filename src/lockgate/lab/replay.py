@@ -78,7 +78,7 @@ class ReplayTransport:
     opening."""
 
     def __init__(self, turns: Sequence[Turn], provider: str | None = None) -> None:
-        from .variants import lab_entry
+        from ..providers.variants import lab_entry
 
         entry = lab_entry(provider)
         self.protocol = entry.render()

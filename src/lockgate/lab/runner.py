@@ -18,6 +18,7 @@ from ..conversation import Usage
 from ..events import Observer, UsageMeter, fan_out, ignore_event
 from ..fixture import CALCULATOR, create_fixture
 from ..providers.base import CodecOptions, Provider
+from ..providers.variants import lab_entry, server_provider, with_variants
 from ..retry import RetryPolicy
 from ..scripted.renderer import Renderer
 from ..scripted.scenario import FIXED_SOURCE, LabOptions, Observation, Scenario
@@ -26,9 +27,8 @@ from ..session import run_session
 from ..transport import Transport, TransportOptions
 from .neutral import NeutralCodec
 from .replay import InstrumentedTransport, ReplayTransport
-from .scenarios import SCENARIOS
+from .scenarios import SCENARIOS, runs_on
 from .server import serve_script
-from .variants import lab_entry, runs_on, server_provider, with_variants
 
 LabTransport = Literal["inprocess", "http"]
 LAB_API_KEY = "lab-key-not-a-secret"

@@ -27,7 +27,14 @@ from ..scripted.scenario import (
 )
 from ..scripted.script import Faults, Turn
 
-__all__ = ["EDIT_FIX", "FIXED_SOURCE", "NEUTRAL_SCENARIOS", "SCENARIOS", "SCENARIOS_BY_NAME"]
+__all__ = [
+    "EDIT_FIX",
+    "FIXED_SOURCE",
+    "NEUTRAL_SCENARIOS",
+    "SCENARIOS",
+    "SCENARIOS_BY_NAME",
+    "runs_on",
+]
 
 UNICODE_ANSWER = "Ünïcödé ✓ — 修正済み: `add` now adds. 🎉"
 TRUNCATED_EDIT = '{"path": "calculator.py", "old": "return a - b", "new": "return a +'
@@ -529,3 +536,18 @@ def _all_scenarios() -> tuple[Scenario, ...]:
 
 SCENARIOS: tuple[Scenario, ...] = _all_scenarios()
 SCENARIOS_BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
+
+
+def runs_on(scenario: Scenario, name: str) -> bool:
+    """Whether the lab runs `scenario` on `name`: a registered provider as the scenario
+    says (`Scenario.runs_on`); a variant, a neutral scenario its provider runs that its own
+    wire can play."""
+    from ..providers.variants import lab_entry, server_provider
+
+    server = server_provider(name)
+    if server is None or server == name:
+        return scenario.runs_on(name)
+    entry = lab_entry(name)
+    unplayable = entry.unplayable() if entry.unplayable is not None else {}
+    neutral = any(scenario.name == each.name for each in NEUTRAL_SCENARIOS)
+    return neutral and scenario.runs_on(server) and scenario.name not in unplayable

@@ -53,14 +53,14 @@ from typing import Any
 from ..errors import ResponseFailure
 from ..events import ToolCallStarted
 from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
+from ..providers.variants import lab_entry, server_provider, with_variants
 from ..scripted.renderer import SSE_MEDIA_TYPE, media_type
 from ..scripted.scenario import OtherClient, Scenario
 from ..sse import ServerSentEvent, SSEDecoder, SSEFramer, canonical_frame
 from .naive_eventstream import eventstream_content, eventstream_events
 from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
-from .scenarios import SCENARIOS
+from .scenarios import SCENARIOS, runs_on
 from .server import serve_script
-from .variants import lab_entry, runs_on, server_provider, with_variants
 
 __all__ = [
     "NAIVE_READ_TIMEOUT_SECONDS",

@@ -39,7 +39,7 @@ def _gateway() -> Gateway:
 
 
 def _render() -> Renderer:
-    from .render import RENDERER
+    from .server_render import RENDERER
 
     return RENDERER
 

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 from ...eventstream import MEDIA_TYPE, encode_message
-from ...scripted.renderer import Frame, FunctionCallsOnly, Renderer, leading_results, walk
+from ...scripted.renderer import Frame, FunctionCallsOnly, leading_results, walk
 from ...scripted.reply import (
     LAB_MODEL,
     Call,
@@ -55,7 +55,7 @@ from .codec import stream_path
 from .framing import message_headers
 
 if TYPE_CHECKING:
-    from ..base import Provider
+    pass
 
 __all__ = [
     "RENDERER",
@@ -301,7 +301,8 @@ def render(reply: Reply) -> ConverseBuilder:
 
 
 class BedrockRenderer:
-    """The Bedrock side of the lab and of `lockgate serve --provider bedrock`."""
+    """The Bedrock side of the lab and of `lockgate serve --provider bedrock`: Converse
+    (`server_render.BedrockServerRenderer` adds the InvokeModel paths)."""
 
     provider = "bedrock"
     path = PATH
@@ -319,20 +320,6 @@ class BedrockRenderer:
             and bool(unquote(parts[2]))
             and parts[3] in ("converse-stream", "converse", "invoke-with-response-stream", "invoke")
         )
-
-    def for_path(self, path: str) -> Renderer:
-        """The renderer of a request to `path`: this one for Converse, `lab_invoke`'s for
-        InvokeModel (Anthropic events in `chunk` messages)."""
-        from .lab_invoke import RENDERER as INVOKE
-        from .lab_invoke import is_invoke_path
-
-        return INVOKE if is_invoke_path(path) else self
-
-    def lab_variants(self) -> tuple[Provider, ...]:
-        """The lab's other clients of this server: InvokeModelWithResponseStream's."""
-        from .lab_invoke import INVOKE_LAB
-
-        return (INVOKE_LAB,)
 
     def is_streaming(self, path: str, body: object) -> bool:
         return path.split("?", 1)[0].endswith("/converse-stream")

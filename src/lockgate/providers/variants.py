@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..providers.base import Provider
-    from ..scripted.scenario import Scenario
 
 __all__ = [
     "VariantRenderer",
     "lab_entry",
-    "runs_on",
     "server_provider",
     "variants_of",
     "with_variants",
@@ -72,18 +70,3 @@ def server_provider(name: str | None) -> str | None:
 def with_variants(names: Iterable[str]) -> list[str]:
     """`names`, each followed by its lab variants' names."""
     return [each for name in names for each in (name, *(v.name for v in variants_of(name)))]
-
-
-def runs_on(scenario: Scenario, name: str) -> bool:
-    """Whether the lab runs `scenario` on `name`: a registered provider as the scenario
-    says (`Scenario.runs_on`); a variant, a neutral scenario its provider runs that its own
-    wire can play."""
-    from .scenarios import NEUTRAL_SCENARIOS
-
-    server = server_provider(name)
-    if server is None or server == name:
-        return scenario.runs_on(name)
-    entry = lab_entry(name)
-    unplayable = entry.unplayable() if entry.unplayable is not None else {}
-    neutral = any(scenario.name == each.name for each in NEUTRAL_SCENARIOS)
-    return neutral and scenario.runs_on(server) and scenario.name not in unplayable

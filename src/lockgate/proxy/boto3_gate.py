@@ -53,18 +53,18 @@ from botocore.eventstream import EventStream  # type: ignore[import-untyped]
 from botocore.exceptions import EventStreamError  # type: ignore[import-untyped]
 from botocore.response import StreamingBody  # type: ignore[import-untyped]
 
-from ...conversation import ToolSpec
-from ...errors import FailureKind, ResponseFailure
-from ...events import Event, Observer, ignore_event
-from ...gate import ResponseGate
-from ...gateway import Gateway, Refusal
-from ...http import describe
-from ...proxy.framing import framing_for
-from ...proxy.judge import GatingOptions, Refused, StreamJudge, refusal_from
-from ...proxy.whole import MAX_WHOLE_BYTES, judge_whole
-from . import PROVIDER
-from .framing import EXCEPTION_PREFIX
-from .gateway import GATEWAY, INVOKE
+from ..conversation import ToolSpec
+from ..errors import FailureKind, ResponseFailure
+from ..events import Event, Observer, ignore_event
+from ..gate import ResponseGate
+from ..gateway import Gateway, Refusal
+from ..http import describe
+from ..providers.bedrock import PROVIDER
+from ..providers.bedrock.framing import EXCEPTION_PREFIX
+from ..providers.bedrock.gateway import GATEWAY, INVOKE
+from .framing import framing_for
+from .judge import GatingOptions, Refused, StreamJudge, refusal_from
+from .whole import MAX_WHOLE_BYTES, judge_whole
 
 __all__ = ["SERVICE", "BedrockGateError", "gated_bedrock"]
 
