@@ -220,7 +220,7 @@ async def test_an_invalid_or_unknown_second_call_withholds_the_batch(
         got = await client.response(create())
         closed = await client.closed()
     status, code, text = refusal_of(got.messages[-1])
-    assert (status, code) == (502, f"lockgate_{expected}")  # not transient
+    assert (status, code) == (400, f"lockgate_{expected}")  # not transient: no retry
     assert "withheld 2 tool calls" in text
     assert not any(
         m.get("type") == "response.output_item.done" and m["item"]["type"] == "function_call"

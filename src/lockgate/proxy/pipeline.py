@@ -51,9 +51,8 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
         if task is not None:
             shared.tasks.add(task)
         if admit.upgrades(x.request):
-            answer = await relay.serve(x, shared, hooks)
-            relayed = isinstance(answer, web.WebSocketResponse)
-            return answer
+            relayed = True  # told per response, once its socket opened (status 101)
+            return await relay.serve(x, shared, hooks)
         notify_started(hooks, flow)
         with contextlib.suppress(Exception):  # a tracer that fails never fails a request
             x.trace = shared.tracing.request(x.request.headers, flow.started)
@@ -76,7 +75,7 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
             if task is not None:
                 shared.tasks.discard(task)
         flow.ended = time.monotonic()
-        if not relayed:  # a relayed socket's responses were each told
+        if not relayed or flow.status != 101:  # a relayed socket's responses were told
             shared.answered += 1
             notify_done(hooks, flow)
         if flow.admitted:

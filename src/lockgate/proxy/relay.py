@@ -334,7 +334,6 @@ class RelaySocket:
         try:
             refusal = Refusal("malformed_request", f"lockgate proxy: {reason}", False, 0)
             message = wire_of(self.gateway).refusal_message(refusal, None)
-            message = message.replace(b'"status":502', b'"status":400', 1)
             with contextlib.suppress(Exception):
                 await self.client.send_frame(message, WSMsgType.TEXT)
         finally:

@@ -6,9 +6,13 @@ end a response, and the upstream's connection limit.
   {"type", "code", "message", "param"}}`, then the relay closes the socket. Codex reads a
   wrapped error with a non-2xx `status` as that HTTP status on a request
   (`codex-api/src/endpoint/responses_websocket.rs`: `map_wrapped_websocket_error_event`):
-  it shows it with its body, drops the socket and retries a 5xx on a new one, as it does an
-  HTTP 5xx. An `error` without `status` it would read as an event and go on waiting.
-  `status` is 503 when a new request may succeed (the refusal is transient), else 502;
+  it shows it with its body and drops the socket; a 5xx it retries on a new socket (five
+  times; then it falls back to HTTP for the rest of the session), a 4xx it does not retry.
+  An `error` without `status` it would read as an event and go on waiting. `status` is 503
+  when a new request may succeed (the refusal is transient: a cut, silence, the deadline, a
+  transient provider error), else 400 (an invalid batch, a bound, a model refusal: the same
+  request would get the same answer; tried with Codex 0.171: it shows the reason and ends
+  the turn, still on the WebSocket);
   `type` and `code` are the HTTP stream error's (`server_error` / `lockgate_refused`,
   `lockgate_<kind>`), the message lockgate's reason.
 - **A response ends** with `response.completed`, `.incomplete`, `.failed` or an `error`
@@ -44,8 +48,8 @@ CONNECTION_LIMIT_CODE = "websocket_connection_limit_reached"
 
 def refusal_status(refusal: Refusal) -> int:
     """The HTTP status a refusal's wrapped error states: 503 when a new request may
-    succeed, else 502 (both a 5xx: Codex retries, then shows it)."""
-    return 503 if refusal.transient else 502
+    succeed (Codex retries it), else 400 (Codex shows it and does not retry)."""
+    return 503 if refusal.transient else 400
 
 
 def is_connection_limit(message: bytes) -> bool:
