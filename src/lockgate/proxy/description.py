@@ -32,7 +32,8 @@ def describe(settings: ProxySettings) -> list[str]:
             f"hold {gating.hold}, schemas {'' if gating.validate_schemas else 'not '}validated, "
             f"silence {gating.idle_timeout:g} s, deadline {gating.deadline:g} s, "
             f"keep-alive {gating.keepalive_interval:g} s, at most {gating.limits.max_calls} calls; "
-            f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s)"
+            f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s); "
+            + _websocket_line(route.websocket)
         )
         for number, fallback in enumerate(route.fallbacks, 1):
             lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
@@ -66,6 +67,12 @@ def key_warnings(settings: ProxySettings) -> list[str]:
                 )
             lines.append(line)
     return lines
+
+
+def _websocket_line(mode: str) -> str:
+    if mode == "refuse":
+        return "WebSocket upgrades answered 426 (clients fall back to HTTP)"
+    return "Responses WebSockets relayed, each response gated"
 
 
 def _upstream_line(upstream: UpstreamSettings) -> str:
