@@ -38,7 +38,7 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from aiohttp import WSMsgType, web
@@ -52,20 +52,25 @@ from .engine import forwarded_headers
 from .exchange import ProxyExchange
 from .flow import Flow, FlowHook
 from .framing.websocket import message_type, wire_of
-from .relay_response import OVERSIZE, Closed, Item, RelayedResponse, ResponseBody
+from .relay_response import (
+    Closed,
+    Item,
+    RelayedResponse,
+    ResponseBody,
+    UpstreamSocket,
+    item_of,
+)
 from .respond import reject
 from .upstream import UpstreamRuntime, failure_before_answer, upstream_headers, upstream_url
 
 __all__ = ["CLOSE_TIMEOUT_SECONDS", "MAX_QUEUED_RESPONSES", "RelaySocket", "serve"]
 
-UpstreamSocket = aiohttp.ClientWebSocketResponse[Literal[False]]  # its text read as bytes
 
 MAX_QUEUED_RESPONSES = 8  # `response.create`s a client may send ahead of the one running
 CLOSE_TIMEOUT_SECONDS = 5.0  # for the other side's close frame
 # Upstream statuses a client is told as they came; any other refusal of the upgrade says
 # the upstream serves no WebSocket there: 426, and the client falls back to HTTP.
 _PASSED_STATUSES = frozenset({401, 403, 408, 429})
-_CLEAN_CLOSES = frozenset({1000, 1001})
 
 
 async def serve(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> web.StreamResponse:
@@ -211,17 +216,17 @@ class RelaySocket:
         self.pending: asyncio.Queue[bytes] = asyncio.Queue(MAX_QUEUED_RESPONSES)
         self.closing = False
         self._closer: asyncio.Task[None] | None = None
+        self._idle: asyncio.Task[None] | None = None  # reads while no response runs
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self) -> None:
         """Relay until either side ends (or a refusal, or the drain, closes it)."""
-        self._tasks = [
-            asyncio.create_task(self._read_upstream()),
-            asyncio.create_task(self._responses()),
-        ]
+        self._tasks = [asyncio.create_task(self._responses())]
+        await self._idle_reading(True)
         try:
             await self._read_client()
         finally:
+            await self._idle_reading(False)
             for task in self._tasks:
                 task.cancel()
             for task in self._tasks:
@@ -306,10 +311,11 @@ class RelaySocket:
             parsed = {**parsed, "model": model}
             data = json.dumps(parsed).encode()
         gating = route.settings.gating
-        body = ResponseBody(gating.max_event_bytes, self.upstream.redactor)
+        body = ResponseBody(self.upstream_ws, gating.max_event_bytes, self.upstream.redactor)
         response = RelayedResponse(shared, self.hooks, self.entry, parsed, tools, flow, body)
         response.start()
         cancelled = False
+        await self._idle_reading(False)
         self.current = body
         try:
             await response.run(
@@ -320,16 +326,16 @@ class RelaySocket:
             raise
         finally:
             self.current = None
-            await body.aclose()
             response.done(cancelled)
+        if not response.refused and not body.closed:
+            await self._idle_reading(True)
         return response.refused
 
     async def _malformed(self, flow: Flow, reason: str) -> bool:
         """A `response.create` the relay cannot judge: refused (400), never sent upstream."""
         flow.outcome, flow.status, flow.reason = "rejected", 400, reason
-        response = RelayedResponse(
-            self.shared, self.hooks, self.entry, {}, (), flow, ResponseBody(1, None)
-        )
+        body = ResponseBody(self.upstream_ws, 1, None)
+        response = RelayedResponse(self.shared, self.hooks, self.entry, {}, (), flow, body)
         response.start()
         try:
             refusal = Refusal("malformed_request", f"lockgate proxy: {reason}", False, 0)
@@ -346,38 +352,30 @@ class RelaySocket:
     # --- the upstream's side ----------------------------------------------------------
 
     async def _read_upstream(self) -> None:
+        """While no response runs: the upstream's messages (outside a response), its end."""
         upstream_ws = self.upstream_ws
         while True:
-            message = await upstream_ws.receive()
-            kind = message.type
-            item: Item
-            if kind is WSMsgType.TEXT:
-                item = message.data
-            elif kind is WSMsgType.BINARY:
-                item = Closed(False, "the upstream sent a binary message")
-            elif kind is WSMsgType.ERROR:
-                error = message.data
-                too_big = (
-                    isinstance(error, aiohttp.WebSocketError)
-                    and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
-                )
-                item = OVERSIZE if too_big else Closed(False, f"the socket broke ({error!r})")
-            elif kind in (WSMsgType.PING, WSMsgType.PONG):
+            item = item_of(await upstream_ws.receive(), upstream_ws.close_code)
+            if item is None:
                 continue
-            else:  # closed or closing
-                code = upstream_ws.close_code
-                item = Closed(code in _CLEAN_CLOSES, f"the upstream closed the socket ({code})")
-            body = self.current
-            if body is None or body.done:
-                await self._outside_a_response(item)
-            else:
-                await body.queue.put(item)
-            if not isinstance(item, bytes):
-                if item is OVERSIZE:
-                    continue  # aiohttp closes the socket: its close comes next
-                if self.current is None:
-                    await self.close_both(1011, "lockgate: the upstream closed the socket")
+            await self._outside_a_response(item)
+            if isinstance(item, Closed):
+                await self.close_both(1011, "lockgate: the upstream closed the socket")
                 return
+
+    async def _idle_reading(self, reading: bool) -> None:
+        """Start (`reading`) or stop the reader of messages outside a response (a response
+        reads the upstream socket itself)."""
+        task = self._idle
+        if reading:
+            if task is None or task.done():
+                self._idle = asyncio.get_running_loop().create_task(self._read_upstream())
+            return
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        self._idle = None
 
     async def _outside_a_response(self, item: Item) -> None:
         """An upstream message while no response runs: an `error` passes (redacted), the

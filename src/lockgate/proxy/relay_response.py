@@ -1,12 +1,12 @@
 """One response on a relayed Responses WebSocket (`relay.py`): its own body, gate and flow.
 
 A client's `response.create` starts one `RelayedResponse`: the upstream's messages from then
-on are its body (`ResponseBody`, fed by the socket's upstream reader), read by the same
-engine as an HTTP stream (`engine.GatingStream` with the `websocket` framing: each message
-one event, text at once, tool items held until the terminal and the whole batch valid), and
-what the engine yields is split back into messages (`framing.websocket.Units`) and sent to
-the client one text message each. State is the response's, never the socket's: the next
-`response.create` on the socket starts a new one.
+on are its body (`ResponseBody`, read from the upstream socket in the engine's task), read
+by the same engine as an HTTP stream (`engine.GatingStream` with the `websocket` framing:
+each message one event, text at once, tool items held until the terminal and the whole
+batch valid), and what the engine yields is split back into messages
+(`framing.websocket.Units`) and sent to the client one text message each. State is the
+response's, never the socket's: the next `response.create` on the socket starts a new one.
 
 - **The body** ends after the response's terminal message (`response.completed`,
   `.incomplete`, `.failed`, `error`); an upstream socket that closes normally before it is a
@@ -27,9 +27,11 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+import aiohttp
 from aiohttp import WSMsgType, web
+from aiohttp.http_websocket import WSMessage, WSMessageTextBytes
 
 from ..conversation import ToolSpec
 from ..credentials import Redactor
@@ -40,9 +42,19 @@ from .engine import GatingStream, Refused
 from .flow import Flow, FlowHook, notify_done, notify_started
 from .framing.websocket import Units, announced, message_type, unit
 
-__all__ = ["MESSAGES_BUFFERED", "Closed", "RelayedResponse", "ResponseBody"]
+__all__ = [
+    "CLEAN_CLOSES",
+    "OVERSIZE",
+    "Closed",
+    "Item",
+    "RelayedResponse",
+    "ResponseBody",
+    "UpstreamSocket",
+    "item_of",
+]
 
-MESSAGES_BUFFERED = 256  # upstream messages read ahead of the gate, per response
+CLEAN_CLOSES = frozenset({1000, 1001})  # an upstream close that is a clean end
+UpstreamSocket = aiohttp.ClientWebSocketResponse[Literal[False]]  # its text read as bytes
 
 
 class Closed:
@@ -65,23 +77,49 @@ OVERSIZE = Oversize()
 Item = bytes | Closed | Oversize
 
 
+def item_of(message: WSMessage | WSMessageTextBytes, close_code: int | None) -> Item | None:
+    """What an upstream WebSocket message is to a response (None: a ping or pong)."""
+    kind = message.type
+    if kind is WSMsgType.TEXT:
+        data: bytes = message.data  # text read as bytes (`decode_text=False`)
+        return data
+    if kind is WSMsgType.BINARY:
+        return Closed(False, "the upstream sent a binary message")
+    if kind is WSMsgType.ERROR:
+        error = message.data
+        too_big = (
+            isinstance(error, aiohttp.WebSocketError)
+            and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+        )
+        return OVERSIZE if too_big else Closed(False, f"the socket broke ({error!r})")
+    if kind in (WSMsgType.PING, WSMsgType.PONG):
+        return None
+    return Closed(close_code in CLEAN_CLOSES, f"the upstream closed the socket ({close_code})")
+
+
 class ResponseBody:
-    """One response's upstream messages, as units for the engine (`engine.ResumableBody`: a
-    cancelled wait loses nothing, the messages wait in the queue)."""
+    """One response's upstream messages, as units for the engine, read from the upstream
+    socket in the engine's own task (`engine.ResumableBody`: a cancelled wait loses nothing,
+    the message stays in aiohttp's queue); after its terminal, nothing more is read."""
 
-    __slots__ = ("_ended", "_limit", "_redactor", "limit_message", "queue")
+    __slots__ = ("_ended", "_limit", "_redactor", "_socket", "closed", "limit_message")
 
-    def __init__(self, limit: int, redactor: Redactor | None) -> None:
-        self.queue: asyncio.Queue[Item] = asyncio.Queue(MESSAGES_BUFFERED)
+    def __init__(self, socket: UpstreamSocket, limit: int, redactor: Redactor | None) -> None:
+        self._socket = socket
         self._limit = limit
         self._redactor = redactor
         self._ended = False
+        self.closed = False  # the upstream socket ended while it was read
         self.limit_message: bytes | None = None  # the upstream's connection-limit error
 
     async def read_chunk(self) -> bytes:
         if self._ended:
             return b""
-        item = await self.queue.get()
+        socket = self._socket
+        while True:
+            item = item_of(await socket.receive(), socket.close_code)
+            if item is not None:
+                break
         if type(item) is bytes:
             if self._redactor is not None:
                 item = self._redactor.redact_bytes(item)
@@ -92,9 +130,10 @@ class ResponseBody:
                     return b""
             return unit(item)
         if isinstance(item, Oversize):
+            self._ended = self.closed = True  # aiohttp closes the socket
             return announced(self._limit + 1)
         assert isinstance(item, Closed)
-        self._ended = True
+        self._ended = self.closed = True
         if item.clean:
             return b""
         raise ConnectionResetError(item.why)
@@ -106,15 +145,8 @@ class ResponseBody:
         while chunk := await self.read_chunk():
             yield chunk
 
-    @property
-    def done(self) -> bool:
-        """The response's body ended: the messages that come now are not its."""
-        return self._ended
-
     async def aclose(self) -> None:
         self._ended = True
-        while not self.queue.empty():  # an upstream reader waiting to put goes on
-            self.queue.get_nowait()
 
 
 class RelayedResponse:
@@ -162,10 +194,7 @@ class RelayedResponse:
             framing="websocket",
         )
         flow.status = 200
-        try:
-            await send_upstream()
-        except Exception:
-            await self.body.queue.put(Closed(False, "sending the request upstream failed"))
+        await send_upstream()  # a failure to send shows as the socket's end when read
         units = Units(1 << 32)
         pieces = aiter(stream)
         try:
