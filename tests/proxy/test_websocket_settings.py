@@ -25,5 +25,9 @@ def test_the_check_says_each_routes_websocket_mode() -> None:
     refused = describe(
         config_from_environment({**UPSTREAM, "LOCKGATE_WEBSOCKET": "refuse"}).settings()
     )
-    assert any("Responses WebSockets relayed, each response gated" in line for line in relayed)
-    assert any("WebSocket upgrades answered 426" in line for line in refused)
+    assert relayed[-1] == (
+        "WebSocket upgrades (Responses): relayed on default (each response gated)"
+    )
+    assert refused[-1] == (
+        "WebSocket upgrades (Responses): answered 426 on default (clients fall back to HTTP)"
+    )

@@ -32,12 +32,13 @@ def describe(settings: ProxySettings) -> list[str]:
             f"hold {gating.hold}, schemas {'' if gating.validate_schemas else 'not '}validated, "
             f"silence {gating.idle_timeout:g} s, deadline {gating.deadline:g} s, "
             f"keep-alive {gating.keepalive_interval:g} s, at most {gating.limits.max_calls} calls; "
-            f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s); "
-            + _websocket_line(route.websocket)
+            f"retries {route.retries.attempts} (waits up to {route.retries.max_wait:g} s)"
         )
         for number, fallback in enumerate(route.fallbacks, 1):
             lines.append(f"route {route.name}: fall-back {number} -> {_upstream_line(fallback)}")
     lines.extend(key_warnings(settings))
+    # Last, so that the lines before it read as they always did.
+    lines.append(_websocket_line(settings))
     return lines
 
 
@@ -69,10 +70,16 @@ def key_warnings(settings: ProxySettings) -> list[str]:
     return lines
 
 
-def _websocket_line(mode: str) -> str:
-    if mode == "refuse":
-        return "WebSocket upgrades answered 426 (clients fall back to HTTP)"
-    return "Responses WebSockets relayed, each response gated"
+def _websocket_line(settings: ProxySettings) -> str:
+    """Which routes relay a Responses WebSocket (each response gated) and which answer 426."""
+    relayed = [route.name for route in settings.routes if route.websocket == "relay"]
+    refused = [route.name for route in settings.routes if route.websocket == "refuse"]
+    parts = []
+    if relayed:
+        parts.append(f"relayed on {', '.join(relayed)} (each response gated)")
+    if refused:
+        parts.append(f"answered 426 on {', '.join(refused)} (clients fall back to HTTP)")
+    return "WebSocket upgrades (Responses): " + "; ".join(parts)
 
 
 def _upstream_line(upstream: UpstreamSettings) -> str:
