@@ -95,3 +95,49 @@ async def test_metrics_count_each_response_with_its_route() -> None:
     assert 'route="default"' in passed[0]
     assert 'protocol="responses"' in passed[0]
     assert passed[0].endswith(" 2.0")
+
+
+async def test_an_upstream_that_closes_between_responses_closes_the_clients_socket() -> None:
+    async def script(socket: UpstreamSocket, message: dict[str, Any]) -> None:
+        await send_all(socket, text_events("resp_1"))
+        assert socket.ws is not None
+        await socket.ws.close(code=1000)
+
+    records: list[ProxyRecord] = []
+    async with (
+        ws_upstream(script) as upstream,
+        serving(ProxyConfig(upstream.url, gating=gating()), records.append) as proxy,
+        connect(proxy.url + "/v1/responses") as client,
+    ):
+        got = await client.response(create())
+        assert got.types[-1] == "response.completed"
+        assert await client.closed(within=5) == 1011
+    assert [(r.method, r.outcome) for r in records] == [("WS", "passed")]
+
+
+async def test_a_client_that_leaves_mid_response_abandons_it_and_the_upstream_socket() -> None:
+    left = asyncio.Event()
+    upstream_closed = asyncio.Event()
+
+    async def script(socket: UpstreamSocket, message: dict[str, Any]) -> None:
+        await send_all(socket, call_events("resp_1", ("read", READ))[:5])
+        await left.wait()
+        assert socket.ws is not None
+        await socket.ws.receive()  # the proxy's close
+        upstream_closed.set()
+
+    records: list[ProxyRecord] = []
+    async with (
+        ws_upstream(script) as upstream,
+        serving(ProxyConfig(upstream.url, gating=gating()), records.append) as proxy,
+    ):
+        async with connect(proxy.url + "/v1/responses") as client:
+            await client.send(create())
+            await client.ws.receive(timeout=5)
+        left.set()
+        await asyncio.wait_for(upstream_closed.wait(), 5)
+        for _ in range(50):
+            if records:
+                break
+            await asyncio.sleep(0.05)
+    assert [(r.method, r.outcome) for r in records] == [("WS", "abandoned")]

@@ -281,13 +281,18 @@ class RelaySocket:
                 return
 
     async def _responses(self) -> None:
-        """Each queued `response.create` in turn; a refusal (or the drain) closes."""
-        while not self.closing:
-            data = await self.pending.get()
-            refused = await self._respond(data)
-            if refused:
-                await self.close_both(1011, "lockgate refused the response")
-                return
+        """Each queued `response.create` in turn; a refusal (or the drain) closes, and so
+        does a failure of the relay itself (never a socket left without its reader)."""
+        try:
+            while not self.closing:
+                data = await self.pending.get()
+                refused = await self._respond(data)
+                if refused:
+                    await self.close_both(1011, "lockgate refused the response")
+                    return
+        except Exception:
+            await self.close_both(1011, "lockgate: the relay failed")
+            raise
         await self.close_both(1001, "lockgate: the proxy is stopping")
 
     async def _respond(self, data: bytes) -> bool:
