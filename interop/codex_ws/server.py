@@ -34,7 +34,8 @@ WS_OUTCOMES: dict[str, str] = {
     "close-1006": "the socket dropped (no close frame) inside the call's arguments",
     "close-1011": "a close frame 1011 after the call, before the terminal",
     "message-cut": "the call's arguments cut: response.completed never comes, socket closed",
-    "silence": "nothing more, the socket left open",
+    "silence": "nothing more, the socket left open (its pings answered)",
+    "ping-unanswered": "nothing more, and the server stops reading: no pong to a ping",
     "in-stream-error": "an error message with status 500",
     "output-limit": "response.incomplete (max_output_tokens)",
     "second-call-invalid": "a second call without its required argument, then completed",
@@ -142,7 +143,7 @@ class _Hostile:
             Script(calls=chosen, text="Running it.", cut=cut, terminal=terminal, model=str(model)),
             serial,
         )
-        if outcome in ("close-1011", "silence", "in-stream-error"):
+        if outcome in ("close-1011", "silence", "ping-unanswered", "in-stream-error"):
             events = [e for e in events if e is None or e["type"] != "response.completed"]
         await _send(ws, events, self.pause)
         if outcome == "close-1006":
@@ -155,8 +156,8 @@ class _Hostile:
         if outcome == "in-stream-error":
             error = {"type": "server_error", "code": "server_error", "message": "hostile"}
             await ws.send_str(json.dumps({"type": "error", "status": 500, "error": error}))
-        if outcome == "silence":
-            await asyncio.sleep(3600)
+        if outcome == "ping-unanswered":
+            await asyncio.sleep(3600)  # not reading: aiohttp answers pings only when read
         return True
 
 

@@ -141,3 +141,33 @@ async def test_a_client_that_leaves_mid_response_abandons_it_and_the_upstream_so
                 break
             await asyncio.sleep(0.05)
     assert [(r.method, r.outcome) for r in records] == [("WS", "abandoned")]
+
+
+async def test_an_upstream_that_never_answers_a_ping_is_refused_as_transport() -> None:
+    events = call_events("resp_1", ("read", READ))
+    started = next(
+        number
+        for number, event in enumerate(events)
+        if event.get("item", {}).get("type") == "function_call"
+    )
+
+    async def script(socket: UpstreamSocket, message: dict[str, Any]) -> None:
+        await send_all(socket, events[: started + 2])  # the call began
+        await asyncio.sleep(30)  # not reading: aiohttp answers a ping only when read
+
+    records: list[ProxyRecord] = []
+    options = gating(idle_timeout=10.0, keepalive_interval=0.4)
+    async with (
+        ws_upstream(script) as upstream,
+        serving(ProxyConfig(upstream.url, gating=options), records.append) as proxy,
+        connect(proxy.url + "/v1/responses") as client,
+    ):
+        got = await client.response(create(), within=5)
+    last = got.messages[-1]
+    assert (last["type"], last["status"], last["error"]["code"]) == (
+        "error",
+        503,
+        "lockgate_transport",
+    )
+    assert "PONG" in last["error"]["message"]
+    assert [(r.method, r.outcome) for r in records] == [("WS", "withheld")]
