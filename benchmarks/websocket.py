@@ -6,8 +6,9 @@ an aiohttp WebSocket server that answers each `response.create` with a prepared 
 stream, each event one text message), `lockgate proxy --upstream UPSTREAM` (its defaults:
 the relay, `/metrics` on, uvloop where installed) and a plain WebSocket pass-through
 (`--passthrough`: aiohttp on the same loop, one upstream socket per client socket, every
-message copied as it came, no gate), and the client (this process: one socket per proxy,
-the responses one after another, each read to its terminal).
+message copied as it came, pings every 15 s both ways as the relay's, no gate), and the
+client (this process: one socket per proxy, the responses one after another, each read to
+its terminal).
 
 - **CPU per event**: the proxy process's user + system CPU (/proc/PID/stat) over a batch of
   responses on one socket, divided by the events the upstream sent; the upstream pauses
@@ -18,6 +19,10 @@ the responses one after another, each read to its terminal).
   Paired rounds: in each round both proxies read the same batch, one after the other; the
   ratio is taken within the round (lockgate / pass-through) and the median of the rounds'
   ratios is the figure, with the medians of each side's microseconds per event.
+
+- **The engine alone**: the same streams through `GatingStream` in this process, no socket,
+  with the `websocket` framing (units, as the relay feeds it) and with SSE framing: what
+  gating costs per event whatever the wire, the best of five.
 
 Target (as for SSE, `benchmarks/proxy.py`): CPU per event <= 1.2x the pass-through for text
 and <= 1.1x for a held tool call. Prints MET / NOT MET; exits 0 unless something failed to
@@ -34,12 +39,17 @@ import os
 import re
 import statistics
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import WSMsgType, web
+
+from lockgate.providers import provider
+from lockgate.proxy.engine import Accepted, GatingOptions, GatingStream
+from lockgate.proxy.framing.websocket import Units, message_type, unit
 
 __all__ = ["main"]
 
@@ -132,6 +142,57 @@ def _events(kind: str, deltas: int) -> list[str]:
     return out
 
 
+# --- the engine alone (in this process, no socket) ---------------------------------------------
+
+
+class _Messages:
+    """A response's messages as the relay hands them to the engine (`ResumableBody`)."""
+
+    def __init__(self, messages: list[bytes]) -> None:
+        self._messages = iter(messages)
+
+    async def read_chunk(self) -> bytes:
+        message = next(self._messages, None)
+        if message is None:
+            return b""
+        message_type(message)  # as the relay's body looks for the terminal
+        return unit(message)
+
+    async def aclose(self) -> None:
+        pass
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        raise NotImplementedError  # read by `read_chunk`
+
+
+async def _sse(messages: list[bytes]) -> AsyncIterator[bytes]:
+    for message in messages:
+        yield b"event: " + (message_type(message) or "").encode() + b"\ndata: " + message + b"\n\n"
+
+
+async def engine_cost(events: list[str], repeats: int = 5) -> dict[str, float]:
+    """CPU seconds per event of the engine alone, with each framing (best of `repeats`)."""
+    entry = provider("responses")
+    messages = [event.encode() for event in events]
+    request = {"model": "m", "input": "hi", "tools": [_TOOL]}
+    costs: dict[str, float] = {}
+    for framing in ("websocket", "sse"):
+        best = float("inf")
+        for _ in range(repeats):
+            body: Any = _Messages(messages) if framing == "websocket" else _sse(messages)
+            started = time.process_time()
+            stream = GatingStream(entry, request, body, GatingOptions(), framing=framing)
+            units = Units(1 << 32)
+            async for piece in stream:
+                if framing == "websocket":
+                    units.feed(piece)
+            best = min(best, time.process_time() - started)
+            if not isinstance(stream.outcome, Accepted):
+                raise RuntimeError(f"the engine refused the benchmark's stream ({framing})")
+        costs[framing] = best / len(messages)
+    return costs
+
+
 # --- the upstream -------------------------------------------------------------------------------
 
 
@@ -169,8 +230,9 @@ async def passthrough(origin: str) -> None:
     session = aiohttp.ClientSession()
 
     async def answer(request: web.Request) -> web.StreamResponse:
-        up = await session.ws_connect(origin + request.path, decode_text=False)
-        client = web.WebSocketResponse(decode_text=False)
+        # pings both ways, as the relay (and any relay that notices a dead peer) keeps them
+        up = await session.ws_connect(origin + request.path, decode_text=False, heartbeat=15.0)
+        client = web.WebSocketResponse(decode_text=False, heartbeat=15.0)
         await client.prepare(request)
 
         async def pump(source: Any, sink: Any) -> None:
@@ -271,6 +333,13 @@ async def run(arguments: argparse.Namespace) -> int:
                 f"tool call {len(streams['tool call'])}; {arguments.responses} responses a "
                 f"batch, {arguments.rounds} rounds"
             )
+            for kind in TARGETS:
+                alone = await engine_cost(streams[kind])
+                print(
+                    f"{kind}, the engine alone (no socket): websocket framing "
+                    f"{alone['websocket'] * 1e6:.1f} us/event, SSE framing "
+                    f"{alone['sse'] * 1e6:.1f} us/event"
+                )
             for kind, target in TARGETS.items():
                 count = len(streams[kind])
                 ratios, ours, theirs = [], [], []
