@@ -386,6 +386,7 @@ async def test_the_connection_limit_error_passes_as_it_came() -> None:
     async with relayed(script, records) as (_upstream, client):
         got = await client.response(create())
     assert got.messages == [limit]
+    assert [(r.method, r.outcome, r.withheld) for r in records] == [("WS", "forwarded", 0)]
 
 
 async def test_a_malformed_create_is_refused_and_never_sent_upstream() -> None:

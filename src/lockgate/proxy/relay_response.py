@@ -212,6 +212,11 @@ class RelayedResponse:
         finally:
             await _close(pieces)
             flow.judged_stream(stream, left, time.monotonic())
+            if self.body.limit_message is not None and not left:
+                # the upstream's own error, passed as it came: no refusal of lockgate's
+                flow.outcome, flow.kind, flow.verdict = "forwarded", None, None
+                flow.incomplete, flow.withheld = False, 0
+                flow.reason = "the upstream's WebSocket connection limit, passed on"
         self.refused = left or isinstance(stream.outcome, Refused)
 
     def start(self) -> None:
