@@ -261,10 +261,14 @@ async def test_vertexs_token_count_is_no_messages_request() -> None:
 # --- a WebSocket, and schemas -----------------------------------------------------------------
 
 
-async def test_a_websocket_upgrade_on_a_gated_path_is_426_and_never_passed_on() -> None:
+@pytest.mark.parametrize("mode", ["relay", "refuse"])
+async def test_a_websocket_upgrade_on_a_gated_path_is_426_and_never_passed_on(mode: str) -> None:
+    """`websocket: refuse` answers 426 itself; the relay (the default) asks the upstream for
+    a socket of its own first, and an upstream that serves none (this one answers 200)
+    gets the client a 426 too: never an ungated socket."""
     async with (
         recording_upstream(b"{}", "application/json") as (upstream, seen, _),
-        proxy(upstream) as (url, records),
+        proxy(upstream, websocket=mode) as (url, records),
         aiohttp.ClientSession() as session,
         session.get(
             url + "/v1/responses",
@@ -279,8 +283,14 @@ async def test_a_websocket_upgrade_on_a_gated_path_is_426_and_never_passed_on() 
         status, body = response.status, await response.read()
     assert status == 426
     assert "WebSocket" in json.loads(body)["error"]["message"]
-    assert seen == []
-    assert [record.outcome for record in records] == ["rejected"]
+    if mode == "refuse":
+        assert seen == []
+        assert [record.outcome for record in records] == ["rejected"]
+    else:  # the relay's own handshake, answered 200: no socket opened
+        assert [(request.method, request.headers.get("upgrade")) for request in seen] == [
+            ("GET", "websocket")
+        ]
+        assert [record.outcome for record in records] == ["forwarded"]
 
 
 async def test_a_schema_the_gate_cannot_use_is_said_once_and_checks_a_json_object() -> None:

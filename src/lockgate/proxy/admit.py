@@ -2,8 +2,10 @@
 
 In this order: stopping (503), a path the upstream could route differently (400), the client
 token (401, `access.py`), a path no route serves (404), a WebSocket upgrade on a gated path
-(426: it cannot be gated; Codex then falls back to HTTP at once), a protocol request the gate
-cannot judge (400: Gemini without `alt=sse`), a held key's rules (403: a browser, a rebound
+that is not relayed (426: a route with `websocket: refuse`, a protocol without a WebSocket
+mode, a request that is no `GET`; Codex then falls back to HTTP at once; a Responses path of
+a relaying route goes on, judged as its `POST`, to the relay, `relay.py`), a protocol request
+the gate cannot judge (400: Gemini without `alt=sse`), a held key's rules (403: a browser, a rebound
 `Host`, a path that is no model request), resuming a Responses stream (400: the request that
 named its tools was never seen), the limit of requests at once (`max_streams`: 503). Then the
 body: it must arrive within the route's silence limit (408) and within `max_request_bytes`
@@ -21,7 +23,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -58,12 +60,19 @@ __all__ = [
     "refusal",
     "route_of",
     "speaker",
+    "upgrades",
 ]
 
 MAX_REQUEST_DEPTH = 256  # JSON nesting of a protocol request body
 MAX_REQUEST_VALUES = 1_000_000  # JSON values (keys counted) of a protocol request body
 PARSE_INLINE_BYTES = 256 * 1024  # a request body this large is parsed off the event loop
 MAX_SCHEMA_NOTES = 1000  # the unusable schemas said once each (then no more notes)
+
+
+class Drainable(Protocol):
+    """What the drain tells when the proxy stops (a relayed WebSocket, `relay.py`)."""
+
+    def drain(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -93,6 +102,7 @@ class Shared:
     cutting: bool = False
     grace: float = 0.0
     answered: int = 0
+    relays: set[Drainable] = field(default_factory=set)  # the WebSockets relayed now
 
 
 # --- the request's head --------------------------------------------------------------------
@@ -105,7 +115,9 @@ def admit(x: ProxyExchange, shared: Shared) -> web.Response | None:
     x.query = query = {name: value for name, value in reversed(list(request.rel_url.query.items()))}
     served = route_of(shared, flow.path) if x.path_problem is None else None
     runtime, forwarded = served if served is not None else (shared.routes[0], flow.path)
-    routed = route(request.method, forwarded, query) if served is not None else None
+    # A WebSocket upgrade is judged as the request its messages make (`POST …/responses`).
+    method = "POST" if upgrades(request) else request.method
+    routed = route(method, forwarded, query) if served is not None else None
     entry = routed.provider if routed is not None else None
     x.served, x.route, x.entry = served is not None, runtime, entry
     x.target = routed.target if routed is not None else None
@@ -180,16 +192,22 @@ def refusal(
     if served is None:
         prefixes = ", ".join(route.settings.prefix for route in shared.routes)
         return 404, f"no route of this proxy serves {quoted(request.rel_url.path)} ({prefixes})"
-    if _upgrades(request) and route("POST", forwarded, query) is not None:
+    runtime = served[0]
+    upgrade = upgrades(request)
+    if upgrade and route("POST", forwarded, query) is not None:
         # Codex tries a WebSocket at its base URL first, and falls back to HTTP at
-        # once on 426; a WebSocket is never passed on ungated.
-        return 426, "a WebSocket on a gated path cannot be gated; send the request over HTTP"
+        # once on 426; a WebSocket is never passed on ungated: relayed, or refused.
+        problem = websocket_problem(runtime, request.method, routed)
+        if problem is not None:
+            return 426, problem
     if routed is not None and routed.target.problem is not None:
         return 400, routed.target.problem
-    runtime = served[0]
     if any(upstream.holds_credentials for upstream in runtime.upstreams):
         problem = shared.access.held_key_problem(
-            request.headers, request.headers.getall("host", []), request.method, forwarded
+            request.headers,
+            request.headers.getall("host", []),
+            "POST" if upgrade else request.method,
+            forwarded,
         )
         if problem is not None:
             return 403, problem
@@ -205,13 +223,32 @@ def refusal(
     return None
 
 
-def _upgrades(request: web.Request) -> bool:
+def upgrades(request: web.Request) -> bool:
     """Whether a request asks to switch to a WebSocket."""
     return any(
         part.strip().lower() == "websocket"
         for value in request.headers.getall("upgrade", [])
         for part in value.split(",")
     )
+
+
+_upgrades = upgrades  # the name other modules knew
+
+
+def websocket_problem(runtime: RouteRuntime, method: str, routed: Routed | None) -> str | None:
+    """Why a WebSocket upgrade on a gated path is answered 426 (None: it is relayed): the
+    route refuses them (`websocket: refuse`), its protocol has no WebSocket mode (only
+    Responses has), the upgrade is no `GET`, or its upstream signs requests (AWS)."""
+    refuse = "; send the request over HTTP"
+    if runtime.settings.websocket == "refuse":
+        return "this route relays no WebSocket (websocket: refuse)" + refuse
+    if routed is None or getattr(routed.gateway, "websocket", None) is None:
+        return "a WebSocket on this path cannot be gated (only Responses has one)" + refuse
+    if method.upper() != "GET":
+        return "a WebSocket upgrade is a GET" + refuse
+    if any(upstream.signer is not None for upstream in runtime.upstreams[:1]):
+        return "a route whose upstream is signed (AWS) relays no WebSocket" + refuse
+    return None
 
 
 # --- the request's body --------------------------------------------------------------------

@@ -46,6 +46,8 @@ def describe(settings: ProxySettings) -> list[str]:
                 f"route {route.name}: context fall-back {number} -> {_upstream_line(fallback)}"
             )
     lines.extend(key_warnings(settings))
+    # Last, so that the lines before it read as they always did.
+    lines.append(_websocket_line(settings))
     return lines
 
 
@@ -75,6 +77,18 @@ def key_warnings(settings: ProxySettings) -> list[str]:
                 )
             lines.append(line)
     return lines
+
+
+def _websocket_line(settings: ProxySettings) -> str:
+    """Which routes relay a Responses WebSocket (each response gated) and which answer 426."""
+    relayed = [route.name for route in settings.routes if route.websocket == "relay"]
+    refused = [route.name for route in settings.routes if route.websocket == "refuse"]
+    parts = []
+    if relayed:
+        parts.append(f"relayed on {', '.join(relayed)} (each response gated)")
+    if refused:
+        parts.append(f"answered 426 on {', '.join(refused)} (clients fall back to HTTP)")
+    return "WebSocket upgrades (Responses): " + "; ".join(parts)
 
 
 def _upstream_line(upstream: UpstreamSettings) -> str:

@@ -34,6 +34,7 @@ from .config import (
     resolve_secrets,
 )
 from .engine import HOLDS, GatingOptions
+from .settings import WEBSOCKET_MODES
 
 __all__ = [
     "config_from_environment",
@@ -175,6 +176,9 @@ def environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]:
         validate_schemas=_flag_variable(env, "LOCKGATE_VALIDATE_SCHEMAS", default=True),
         hold=HOLDS[HOLDS.index(given)],
     )
+    websocket = env.get("LOCKGATE_WEBSOCKET") or "relay"
+    if websocket not in WEBSOCKET_MODES:
+        raise ValueError(f"LOCKGATE_WEBSOCKET must be {' or '.join(WEBSOCKET_MODES)}")
     hosts = tuple(
         name for name in re.split(r"[\s,]+", env.get("LOCKGATE_ALLOW_HOSTS") or "") if name
     )
@@ -203,6 +207,7 @@ def environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]:
             env, "LOCKGATE_HEAD_TIMEOUT", DEFAULT_HEAD_TIMEOUT, positive=True
         ),
         max_held_bytes=_whole_variable(env, "LOCKGATE_MAX_HELD_BYTES", DEFAULT_MAX_HELD_BYTES),
+        websocket=WEBSOCKET_MODES[WEBSOCKET_MODES.index(websocket)],
     )
     return config, [name for name in (key_variable, token_variable) if name]
 
@@ -218,7 +223,9 @@ def config_from_environment(environ: Mapping[str, str] | None = None) -> ProxyCo
     `LOCKGATE_IDLE_TIMEOUT`, `LOCKGATE_DEADLINE`, `LOCKGATE_KEEPALIVE`,
     `LOCKGATE_VALIDATE_SCHEMAS` (`0` turns it off), `LOCKGATE_MAX_STREAMS`, `LOCKGATE_GRACE`,
     `LOCKGATE_HEAD_TIMEOUT`, `LOCKGATE_ALLOW_HOSTS` (names, comma- or space-separated),
-    `LOCKGATE_KEY_ON_ANY_PATH` (`1`), and one variable per gate bound
+    `LOCKGATE_KEY_ON_ANY_PATH` (`1`), `LOCKGATE_WEBSOCKET` (`relay`, the default: a
+    Responses WebSocket is relayed, each response gated; `refuse`: answered 426), and one
+    variable per gate bound
     (`LOCKGATE_MAX_CALLS`, `LOCKGATE_MAX_ARGUMENT_CHARS`, `LOCKGATE_MAX_TEXT_CHARS`,
     `LOCKGATE_MAX_REASONING_CHARS`, `LOCKGATE_MAX_NATIVE_ITEMS`,
     `LOCKGATE_MAX_NATIVE_BYTES`)."""

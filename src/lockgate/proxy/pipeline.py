@@ -7,6 +7,11 @@ ended with its summary (`summary`). An observer that fails never fails a request
 
 It also keeps the process's in-flight count (`Shared.active`, its tasks), which admission
 reads for the limit of requests at once and the listener for stopping.
+
+A WebSocket upgrade admitted on a Responses path goes to the relay (`relay.py`) instead of
+the body and the attempts: the socket counts as one request in flight while it is open, and
+each response on it is a flow of its own (the hooks are told of those); the upgrade's own
+flow is told only when no socket opened (refused, or the upstream refused it).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from ..telemetry import RequestSummary, TokenUsage
-from . import admit, attempt
+from . import admit, attempt, relay
 from .admit import Shared
 from .exchange import ProxyExchange
 from .flow import Flow, FlowHook, notify_done, notify_started
@@ -36,6 +41,7 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
     flow = x.flow
     task = asyncio.current_task()
     counted = False
+    relayed = False
     try:
         local = admit.admit(x, shared)
         if local is not None:
@@ -44,6 +50,9 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
         counted = True
         if task is not None:
             shared.tasks.add(task)
+        if admit.upgrades(x.request):
+            relayed = True  # told per response, once its socket opened (status 101)
+            return await relay.serve(x, shared, hooks)
         notify_started(hooks, flow)
         with contextlib.suppress(Exception):  # a tracer that fails never fails a request
             x.trace = shared.tracing.request(x.request.headers, flow.started)
@@ -65,9 +74,10 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
             shared.active -= 1
             if task is not None:
                 shared.tasks.discard(task)
-        shared.answered += 1
         flow.ended = time.monotonic()
-        notify_done(hooks, flow)
+        if not relayed or flow.status != 101:  # a relayed socket's responses were told
+            shared.answered += 1
+            notify_done(hooks, flow)
         if flow.admitted:
             with contextlib.suppress(Exception):
                 x.trace.end(summary(flow, _streaming(x)))

@@ -17,7 +17,9 @@ The stages get what they need of the process in `admit.Shared`, never through th
   are gated and retried.
 - **Admission** (`admit.py`, in this order): stopping (503), a path the upstream could route
   differently (400), the client token (401, `access.py`), a WebSocket upgrade on a gated
-  path (426: it cannot be gated; Codex then falls back to HTTP at once), a protocol request
+  path not relayed (426: `websocket: refuse`, or no Responses path; Codex then falls back to
+  HTTP at once; on a Responses path it is relayed, each response gated: `relay.py`,
+  `docs/websocket.md`), a protocol request
   the gate cannot judge (400: Gemini without `alt=sse`), a held key's rules (403: a browser,
   a rebound `Host`, a path that is no model request), resuming a Responses stream (400: the
   request that named its tools was never seen), the limit of requests at once
@@ -34,7 +36,7 @@ The stages get what they need of the process in `admit.Shared`, never through th
   drain, still listening: `/readyz` answers 503 and every new request 503 with
   `connection: close`, while the requests in flight may finish within the grace period;
   then no new connection is accepted, and what is still in flight is cut (recorded as
-  `cut`).
+  `cut`). A relayed WebSocket closes (1001) when idle, else after its response in flight.
 
 `serving` runs one in-process; `app_factory` builds one from the environment for gunicorn's
 aiohttp worker (`environment.py`). The proxy keeps no state between requests: several
@@ -404,6 +406,9 @@ class ProxyServer:
             return
         self.stopping = True
         self.drain_until = asyncio.get_running_loop().time() + self.grace
+        for socket in list(self.shared.relays):  # relayed WebSockets close when idle
+            with contextlib.suppress(Exception):
+                socket.drain()
         pending = set(self.tasks)
         if pending and self.grace > 0:
             await asyncio.wait(pending, timeout=self.grace)
@@ -413,6 +418,9 @@ class ProxyServer:
         a request on an open connection gets 503; those in flight may end within what is
         left of the grace period; then the rest are cut."""
         self.stopping = True
+        for socket in list(self.shared.relays):
+            with contextlib.suppress(Exception):
+                socket.drain()
         loop = asyncio.get_running_loop()
         left = self.grace
         if self.drain_until is not None:

@@ -39,6 +39,8 @@ the `openai` SDK raises on.
   snapshot; a refused one becomes `{"error": {…}}` (the stream error's object) as a 502
   body.
 - **Keep-alives**: an SSE comment.
+- **The WebSocket mode** (`websocket.py`, the proxy's relay): a refusal is one wrapped
+  `error` message with a 5xx `status`, then the socket closes.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from ...sse import ServerSentEvent
 from ..decoding import compact_json
 from ..openai.errors import openai_error_body
 from .decoder import CLIENT_BUILTIN_TOOLS, ResponsesDecoder
+from .websocket import WIRE as WEBSOCKET_WIRE
 
 __all__ = ["GATEWAY", "ResponsesGateway"]
 
@@ -103,6 +106,8 @@ class ResponsesGateway:
     """The OpenAI Responses gateway."""
 
     path_endings = ("/responses",)
+    # The WebSocket mode's refusal (`websocket.py`; the proxy's relay).
+    websocket = WEBSOCKET_WIRE
 
     def target(self, method: str, path: str, query: Mapping[str, str]) -> ProtocolTarget | None:
         return suffix_target(method, path, self.path_endings)

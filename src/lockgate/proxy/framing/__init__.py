@@ -3,8 +3,9 @@ into `RawFrame`s, one event each, and writes events back for the client. The gat
 events only; each wire is a `Gateway` (a protocol's meaning) and a `Framing` (its wire),
 chosen by the answer's target (`ProtocolTarget.framing`), never a branch in a stage.
 
-SSE (`sse.py`) and the AWS event stream (`eventstream.py`, for a gateway with an
-`eventstream` mapping) are here; a WebSocket framing is one more entry in `FRAMINGS`.
+SSE (`sse.py`), the AWS event stream (`eventstream.py`, for a gateway with an
+`eventstream` mapping) and WebSocket messages (`websocket.py`, for a gateway with a
+`websocket` wire: the Responses WebSocket relay) are here.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ...gateway import Gateway, Refusal
 from ...sse import DEFAULT_MAX_EVENT_BYTES, RawFrame, ServerSentEvent
 from .eventstream import EventStreamFraming
 from .sse import SSEFraming
+from .websocket import WebSocketFraming
 
 __all__ = [
     "FRAMINGS",
@@ -23,6 +25,7 @@ __all__ = [
     "Framing",
     "RawFrame",
     "SSEFraming",
+    "WebSocketFraming",
     "framing_for",
 ]
 
@@ -71,6 +74,7 @@ class Framing(Protocol):
 FRAMINGS: dict[str, Callable[[Gateway, int], Framing]] = {
     "sse": SSEFraming,
     "eventstream": EventStreamFraming,
+    "websocket": WebSocketFraming,
 }
 
 
