@@ -216,7 +216,7 @@ async def test_a_proxy_that_passed_the_upgrade_on_would_be_caught(
 ) -> None:
     from lockgate.proxy import admit
 
-    monkeypatch.setattr(admit, "_upgrades", lambda request: False)
+    monkeypatch.setattr(admit, "upgrades", lambda request: False)
     result = await run_via_proxy(SCENARIOS_BY_NAME["websocket-upgrade"], "responses")
     assert result.problems == (
         "the WebSocket upgrade was answered 405 through the proxy, not 426",

@@ -75,6 +75,17 @@ __all__ = [
     "wire_skip_reason",
 ]
 
+# The naive client's own WebSocket key (the relay's handshake upstream never carries it).
+_NAIVE_WEBSOCKET_KEY = "bGFiLW5haXZlLWNsaWVudA=="
+
+
+def _relay_handshake(headers: Mapping[str, str]) -> bool:
+    """Whether a GET the server saw is the proxy relay's own WebSocket handshake (an
+    upgrade with a key of its own), not the client's request passed on."""
+    upgrade = headers.get("upgrade", "").lower()
+    key = headers.get("sec-websocket-key")
+    return "websocket" in upgrade and key is not None and key != _NAIVE_WEBSOCKET_KEY
+
 # The naive client's credential: the scripted server takes any, and the proxy passes it on
 # (the same header for every protocol: the naive client knows no provider).
 _HEADERS = {"authorization": f"Bearer {LAB_API_KEY}"}
@@ -86,7 +97,7 @@ _UPGRADE = {
     "connection": "Upgrade",
     "upgrade": "websocket",
     "sec-websocket-version": "13",
-    "sec-websocket-key": "bGFiLW5haXZlLWNsaWVudA==",
+    "sec-websocket-key": _NAIVE_WEBSOCKET_KEY,
 }
 
 
@@ -331,8 +342,14 @@ async def run_via_proxy(
             played = await _naive(running.url + where, requests, websocket_first=websocket_first)
         await server.settle()
         # The naive client's one GET is its upgrade: the server must never see it (with or
-        # without its `upgrade` header, which a proxy would drop as hop-by-hop).
-        passed_on = [request for request in server.requests if request.method == "GET"]
+        # without its `upgrade` header, which a proxy would drop as hop-by-hop). The proxy's
+        # relay opens a socket of its own (this HTTP-only server answers it 426, which the
+        # client then gets): that handshake carries its own key, never the client's.
+        passed_on = [
+            request
+            for request in server.requests
+            if request.method == "GET" and not _relay_handshake(request.headers)
+        ]
     via = played.answers
     for _ in range(50):  # the log line of the last request may follow its body
         if len(records) >= len(requests) + (1 if websocket_first else 0):
