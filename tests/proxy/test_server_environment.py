@@ -85,8 +85,11 @@ def test_every_setting_of_the_command_line_has_a_variable() -> None:
             "LOCKGATE_MAX_REASONING_CHARS": "600000",
             "LOCKGATE_MAX_NATIVE_ITEMS": "100",
             "LOCKGATE_MAX_NATIVE_BYTES": "9000000",
+            "LOCKGATE_FIRST_BYTE_TIMEOUT": "12.5",
+            "LOCKGATE_HOLD": "all",
         }
     )
+    assert (config.gating.first_byte_timeout, config.gating.hold) == (12.5, "all")
     assert config.allow_hosts == ("proxy.internal", "gate.example")
     assert config.key_on_any_path is True
     assert (config.head_timeout, config.grace_seconds) == (7.5, 3.0)
@@ -106,6 +109,7 @@ def test_every_setting_of_the_command_line_has_a_variable() -> None:
         ("LOCKGATE_MAX_CALLS", "0", "LOCKGATE_MAX_CALLS must be a whole number from 1"),
         ("LOCKGATE_MAX_CALLS", "many", "LOCKGATE_MAX_CALLS must be a whole number from 1"),
         ("LOCKGATE_HEAD_TIMEOUT", "-1", "LOCKGATE_HEAD_TIMEOUT must be a positive number"),
+        ("LOCKGATE_FIRST_BYTE_TIMEOUT", "0", "LOCKGATE_FIRST_BYTE_TIMEOUT must be a positive"),
         ("LOCKGATE_ALLOW_HOSTS", "a b/c", "LOCKGATE_ALLOW_HOSTS: "),
         ("LOCKGATE_KEY_ON_ANY_PATH", "maybe", "LOCKGATE_KEY_ON_ANY_PATH must be 1 or 0"),
     ],

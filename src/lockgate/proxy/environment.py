@@ -175,6 +175,11 @@ def environment_config(env: Mapping[str, str]) -> tuple[ProxyConfig, list[str]]:
         ),
         validate_schemas=_flag_variable(env, "LOCKGATE_VALIDATE_SCHEMAS", default=True),
         hold=HOLDS[HOLDS.index(given)],
+        first_byte_timeout=(
+            _float_variable(env, "LOCKGATE_FIRST_BYTE_TIMEOUT", 0.0, positive=True)
+            if env.get("LOCKGATE_FIRST_BYTE_TIMEOUT")
+            else None
+        ),
     )
     websocket = env.get("LOCKGATE_WEBSOCKET") or "relay"
     if websocket not in WEBSOCKET_MODES:
