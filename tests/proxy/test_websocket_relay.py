@@ -400,3 +400,32 @@ async def test_a_malformed_create_is_refused_and_never_sent_upstream() -> None:
     status, code, _ = refusal_of(got.messages[-1])
     assert (status, code) == (400, "lockgate_malformed_request")
     assert all(m["type"] != "response.create" for s in upstream.sockets for m in s.received)
+
+
+async def test_each_relayed_response_is_one_request_trace_continuing_the_clients_context() -> None:
+    from .test_tracing_seam import Recording
+
+    tracing = Recording()
+    events = call_events("resp_1", ("read", READ))
+
+    async def script(socket: UpstreamSocket, message: dict[str, Any]) -> None:
+        await send_all(socket, events)
+
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    records: list[ProxyRecord] = []
+    async with (
+        ws_upstream(script) as upstream,
+        serving(
+            ProxyConfig(upstream.url, gating=gating(idle_timeout=2.0, deadline=20.0)),
+            records.append,
+            tracing=tracing,
+        ) as proxy,
+        connect(proxy.url + "/v1/responses", {"traceparent": parent}) as client,
+    ):
+        await client.response(create())
+        await client.response(create(previous="resp_1"))
+    assert len(tracing.requests) == 2  # one per response, none for the socket itself
+    for request in tracing.requests:
+        assert request.client_headers.get("traceparent") == parent
+        assert (request.summary.protocol, request.summary.outcome) == ("responses", "passed")
+        assert request.summary.released_calls == 1

@@ -317,7 +317,9 @@ class RelaySocket:
             data = json.dumps(parsed).encode()
         gating = route.settings.gating
         body = ResponseBody(self.upstream_ws, gating.max_event_bytes, self.upstream.redactor)
-        response = RelayedResponse(shared, self.hooks, self.entry, parsed, tools, flow, body)
+        response = RelayedResponse(
+            shared, self.hooks, self.entry, parsed, tools, flow, body, self.x.request.headers
+        )
         response.start()
         cancelled = False
         await self._idle_reading(False)

@@ -37,10 +37,12 @@ from ..conversation import ToolSpec
 from ..credentials import Redactor
 from ..providers.base import Provider
 from ..providers.responses.websocket import TERMINAL_TYPES, is_connection_limit
+from ..telemetry import RequestTrace
 from .admit import Shared
 from .engine import GatingStream, Refused
 from .flow import Flow, FlowHook, notify_done, notify_started
 from .framing.websocket import Units, announced, message_type, unit
+from .traced import summary
 
 __all__ = [
     "CLEAN_CLOSES",
@@ -161,9 +163,14 @@ class RelayedResponse:
         tools: Sequence[ToolSpec],
         flow: Flow,
         body: ResponseBody,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.shared = shared
         self.hooks = hooks
+        # The client's upgrade headers: a tracer continues their trace context, one request
+        # trace per response (`traced.summary`).
+        self.headers: Mapping[str, str] = headers or {}
+        self.trace: RequestTrace | None = None
         self.entry = entry
         self.request = request
         self.tools = tools
@@ -221,6 +228,8 @@ class RelayedResponse:
 
     def start(self) -> None:
         notify_started(self.hooks, self.flow)
+        with contextlib.suppress(Exception):  # a tracer that fails never fails a response
+            self.trace = self.shared.tracing.request(self.headers, self.flow.started)
 
     def done(self, cancelled: bool) -> None:
         flow = self.flow
@@ -235,6 +244,9 @@ class RelayedResponse:
         flow.ended = time.monotonic()
         self.shared.answered += 1
         notify_done(self.hooks, flow)
+        if self.trace is not None:
+            with contextlib.suppress(Exception):
+                self.trace.end(summary(flow, True))
 
 
 async def _close(pieces: Any) -> None:
