@@ -429,3 +429,32 @@ async def test_each_relayed_response_is_one_request_trace_continuing_the_clients
         assert request.client_headers.get("traceparent") == parent
         assert (request.summary.protocol, request.summary.outcome) == ("responses", "passed")
         assert request.summary.released_calls == 1
+
+
+async def test_an_upgrade_on_a_path_no_gateway_serves_is_never_relayed() -> None:
+    # Not a gated path: it goes on as any other request (its hop-by-hop headers dropped),
+    # never a 101 with a socket the relay cannot gate.
+    from aiohttp import web
+
+    from .test_server import serve_app
+
+    seen: list[dict[str, str]] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        seen.append(dict(request.headers))
+        return web.json_response({"object": "list", "data": []})
+
+    records: list[ProxyRecord] = []
+    async with (
+        serve_app(answer) as upstream,
+        serving_to(upstream, records) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
+        with pytest.raises(aiohttp.WSServerHandshakeError) as raised:
+            await session.ws_connect(proxy.url + "/v1/realtime")
+        await asyncio.sleep(0.1)
+    assert raised.value.status == 200  # the upstream's answer, not a relayed socket
+    [headers] = seen
+    assert "upgrade" not in {name.lower() for name in headers}
+    [record] = records
+    assert (record.method, record.path, record.outcome) == ("GET", "/v1/realtime", "forwarded")

@@ -46,7 +46,9 @@ async def run(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> we
         counted = True
         if task is not None:
             shared.tasks.add(task)
-        if admit.upgrades(x.request):
+        if admit.upgrades(x.request) and x.entry is not None and x.gateway is not None:
+            # Admitted on a gated path (else it was answered 426): relayed. An upgrade on a
+            # path no gateway serves goes on as any other request (its hop-by-hop dropped).
             relayed = True  # told per response, once its socket opened (status 101)
             return await relay.serve(x, shared, hooks)
         notify_started(hooks, flow)

@@ -98,7 +98,12 @@ async def serve(x: ProxyExchange, shared: Shared, hooks: Sequence[FlowHook]) -> 
         await upstream_ws.close()
         raise
     x.flow.status = 101
-    socket = RelaySocket(x, shared, hooks, client, upstream_ws, upstream)
+    try:
+        socket = RelaySocket(x, shared, hooks, client, upstream_ws, upstream)
+    except BaseException:
+        await upstream_ws.close()
+        await client.close()
+        raise
     shared.relays.add(socket)
     try:
         await socket.run()
