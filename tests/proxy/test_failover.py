@@ -275,7 +275,7 @@ async def test_a_first_token_too_late_is_retried_unseen_on_the_fallback() -> Non
             status, body = await _post(url)
     assert status == 200
     assert body.count(b'"finish_reason":"tool_calls"') == 1
-    assert b'"model":"backup-model"' in body or backup.requests[0].body["model"] == "backup-model"
+    assert backup.requests[0].body["model"] == "backup-model"
     assert [a.retried for a in records[0].attempts] == ["idle_timeout", None]
     assert records[0].outcome == "passed"
 
@@ -294,8 +294,9 @@ async def test_the_route_deadline_bounds_every_attempt() -> None:
             took = time.monotonic() - started
     assert took < 2.5  # 1.5 s deadline over the attempts, not 6 x 0.6 s of silence
     assert 1 <= len(hits) <= 3
-    assert status in (200, 502, 504)
-    assert records[0].outcome in ("error", "refused")
+    assert status == 504  # no answer within what the deadline left
+    assert records[0].outcome == "error"
+    assert len(records[0].attempts) == len(hits)
 
 
 async def test_hold_all_retries_a_cut_after_content_unseen() -> None:
@@ -476,7 +477,52 @@ async def test_a_keepalive_commits_the_head_and_a_later_failure_ends_it_in_band(
     assert status == 200
     assert body.startswith(b": ")
     assert ends_with_refusal(body, "chat")
-    assert b"HTTP 503" in body or b"503" in body
+    assert b"503" in body  # the fall-back's status, in lockgate's reason
     [record] = records
     assert [a.retried for a in record.attempts] == ["no_answer", None]
     assert record.outcome == "error"
+
+
+@pytest.mark.parametrize("hold", ["tools", "all"])
+async def test_a_keepalive_while_the_start_is_held_never_cuts_a_recorded_stream(
+    hold: str, tmp_path: Any
+) -> None:
+    # Recorded (`--record`), the body is read through the recorder's tap, which a cancelled
+    # read would end: a keep-alive falling due while the start is held must not cut it.
+    hits: list[int] = []
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        hits.append(1)
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(_chunk({"role": "assistant", "content": ""}, None))
+        await asyncio.sleep(1.0)  # the first content after several keep-alive intervals
+        await response.write(_chunk({"content": "hello"}, None) + _chunk({}, "stop"))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async with serve_app(slow) as upstream:
+        route = _route(upstream, gating=gating(hold=hold, keepalive_interval=0.2))
+        settings = ProxySettings((route,), record=tmp_path)
+        records: list[ProxyRecord] = []
+        async with serving(settings, records.append) as running:
+            status, body = await _post(running.url)
+    assert status == 200
+    assert b"hello" in body
+    assert hits == [1]  # one attempt: nothing was cut, nothing retried
+    assert records[0].outcome == "passed"
+    assert list(tmp_path.iterdir())  # it was recorded
+
+
+async def test_keepalives_go_on_through_the_wait_before_the_last_attempt() -> None:
+    slow = Turn(error=OpeningError(429, "rate_limit", "Slow down"), headers={"retry-after": "1.5"})
+    async with serve_script([slow, ACCEPTED], provider="chat") as server:
+        route = _route(origin(server), gating=gating(keepalive_interval=0.3))  # retries: 1
+        async with _proxy(route) as (url, records):
+            status, body = await _post(url)
+    assert status == 200
+    assert b'"edit"' in body
+    assert body.count(b": lockgate keep-alive") >= 3  # the 1.5 s wait before the last try
+    assert [a.retried for a in records[0].attempts] == ["status_429", None]

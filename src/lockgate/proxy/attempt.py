@@ -242,14 +242,16 @@ async def attempts(x: ProxyExchange, shared: Shared) -> web.StreamResponse:
 def _paces(x: ProxyExchange) -> tuple[Framing, float] | None:
     """The framing whose keep-alives go out, and how often, while the proxy waits on an
     opening or between attempts (None: it sends none): a streaming protocol request that
-    may be retried (or whose whole answer is held), on a wire that has keep-alives."""
+    may be retried, is being retried (the wait before its last attempt, and that attempt's
+    opening, included) or whose whole answer is held, on a wire that has keep-alives."""
     assert x.route is not None
     gating = x.route.settings.gating
     if x.gateway is None or x.target is None or x.parsed is None or x.seen:
         return None
     if not gates(x.gateway, x.parsed, 200, x.target):
         return None
-    if gating.hold != "all" and (x.plan is None or x.plan.peek("once") is None):
+    retrying = x.attempt > 0 or x.committed  # the client already waits on a retry
+    if gating.hold != "all" and not retrying and (x.plan is None or x.plan.peek("once") is None):
         return None
     framing = framing_for(x.target.framing, x.gateway)
     if framing.keepalive() is None:

@@ -265,7 +265,7 @@ class GatingStream:
             try:
                 while True:
                     chunk: bytes | None = None
-                    if resumable is not None or not judge.holding:
+                    if resumable is not None or not judge.withholding:
                         # In this task, the one timer watching (see the module docstring).
                         timer.reading(judge.withholding, last_sent, resumed=woken)
                         woken = False
