@@ -45,9 +45,8 @@ def describe(settings: ProxySettings) -> list[str]:
             lines.append(
                 f"route {route.name}: context fall-back {number} -> {_upstream_line(fallback)}"
             )
-    lines.extend(key_warnings(settings))
-    # Last, so that the lines before it read as they always did.
     lines.append(_websocket_line(settings))
+    lines.extend(key_warnings(settings))  # the warnings last
     return lines
 
 
