@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 from ..credentials import REDACTED
 from ..errors import OpenFailure
 from ..events import DecisionReady, ResponseFailed, Retrying, ToolCallStarted
+from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
 from .format import (
     CASSETTE_SUFFIX,
     Cassette,
@@ -460,7 +461,7 @@ class Exchange:
     def cassette(self) -> Cassette:
         """The exchange as a cassette, every secret redacted."""
         scrub = self._scrubber
-        pieces = scrub.split(self._pieces)
+        pieces = self._scrubbed_pieces()
         reads = tuple(Read(at, data) for at, data in zip(self._times, pieces, strict=True) if data)
         status = self.status if self.status is not None and 100 <= self.status <= 599 else 502
         return Cassette(
@@ -481,6 +482,17 @@ class Exchange:
             end=self._end,
             end_at=self._end_at,
         )
+
+    def _scrubbed_pieces(self) -> list[bytes]:
+        """The reads, every secret redacted: an event-stream body message by message (its
+        frames re-encoded, `eventstream_scrub`), any other as bytes."""
+        scrub = self._scrubber
+        kind = next((value for name, value in self.headers if name.lower() == "content-type"), "")
+        if scrub and kind.split(";", 1)[0].strip().lower() == EVENTSTREAM_MEDIA_TYPE:
+            from .eventstream_scrub import scrub_eventstream
+
+            return scrub_eventstream(scrub, self._pieces)
+        return scrub.split(self._pieces)
 
     def finish(self) -> Path | None:
         """Write the cassette (once; later calls do nothing). None if it was discarded or
