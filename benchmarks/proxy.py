@@ -2,7 +2,9 @@
 Python proxy) and LiteLLM's proxy, all in the same run: CPU per forwarded event, what the
 metrics (and OpenTelemetry, once wired) cost, the latency a text delta gains at 100 and
 1,000 concurrent streams, RSS per stream, the latency a whole (non-streaming) answer gains
-at a fixed 3,000 requests/s, and the event loop the proxy runs on.
+at a fixed 3,000 requests/s, and the event loop the proxy runs on; last, the Responses
+WebSocket relay's rows (`websocket.py`: CPU per event through the relay against a WebSocket
+pass-through, the same targets).
 
 The first line says the event loop `lockgate proxy` runs on here (`lockgate.proxy.loop_policy`:
 uvloop's where it is installed, asyncio's elsewhere). Everything is loopback, each party in
@@ -627,11 +629,20 @@ def main() -> int:
         errors = asyncio.run(measure(origin, QUICK if args.quick else FULL, args, report))
     print()
     report.summary()
+    # The Responses WebSocket relay's rows (issue 30): CPU per event through the relay
+    # against a WebSocket pass-through in the same run, held to the same targets.
+    from . import websocket
+
+    print("\nthe Responses WebSocket relay (benchmarks/websocket.py):", flush=True)
+    relay = argparse.Namespace(
+        quick=args.quick, rounds=1 if args.quick else 5, responses=4, passthrough=None
+    )
+    failed = asyncio.run(websocket.run(relay))
     print(
         f"(proxy took {time.monotonic() - started:.0f} s; load average now"
         f" {' '.join(f'{x:.2f}' for x in os.getloadavg())})"
     )
-    return 1 if errors else 0
+    return 1 if errors or failed else 0
 
 
 if __name__ == "__main__":
