@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..eventstream import (
     MIN_MESSAGE_BYTES,
@@ -29,13 +29,18 @@ from ..eventstream import (
     encode_message,
 )
 
-if TYPE_CHECKING:
-    from .recorder import SecretScrubber
-
-__all__ = ["scrub_eventstream"]
+__all__ = ["Scrubber", "scrub_eventstream"]
 
 
-def scrub_eventstream(scrub: SecretScrubber, pieces: Sequence[bytes]) -> list[bytes]:
+class Scrubber(Protocol):
+    """What replaces secrets in bytes and text (`recorder.SecretScrubber`)."""
+
+    def data(self, data: bytes) -> bytes: ...
+
+    def text(self, text: str) -> str: ...
+
+
+def scrub_eventstream(scrub: Scrubber, pieces: Sequence[bytes]) -> list[bytes]:
     """`pieces` (the reads of one event-stream body) with every secret redacted inside each
     message, re-framed; as many pieces as came."""
     data = b"".join(pieces)
@@ -77,7 +82,7 @@ def _moved(offset: int, segments: list[tuple[int, int, int, int]]) -> int:
     return last[2] + last[3]  # the end
 
 
-def _message(scrub: SecretScrubber, raw: bytes) -> bytes:
+def _message(scrub: Scrubber, raw: bytes) -> bytes:
     """One whole message, redacted and re-framed (as it came when it holds no secret)."""
     try:
         [message] = EventStreamDecoder().feed(raw)
@@ -98,7 +103,7 @@ def _message(scrub: SecretScrubber, raw: bytes) -> bytes:
         return scrub.data(raw)
 
 
-def _payload(scrub: SecretScrubber, payload: bytes) -> bytes:
+def _payload(scrub: Scrubber, payload: bytes) -> bytes:
     """A payload redacted: a JSON object's base64 `bytes` (an InvokeModel `chunk`) decoded,
     redacted and encoded again; every other form of the secret in its bytes."""
     redacted = scrub.data(payload)
