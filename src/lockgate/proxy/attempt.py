@@ -87,9 +87,9 @@ from .upstream import (
     decodes,
     failure_before_answer,
     finish,
+    outgoing,
     transfer_coding_problem,
     upstream_base,
-    upstream_headers,
     upstream_url,
 )
 from .whole import read_whole
@@ -467,17 +467,10 @@ async def _open(
     signer = upstream.signer
     if signer is not None:
         path = aws_path(path)  # as AWS SDKs send it, and signed so
-    query = shared.access.upstream_query(request.rel_url, held=upstream.holds_credentials)
-    url = upstream_url(upstream_base(upstream.url, request.method, path), path, None, query)
-    headers = shared.access.without_token(
-        upstream_headers(
-            request.headers,
-            request.headers.getall("connection", []),
-            key=upstream.key,
-            key_header=upstream.key_header or x.speaker.key_header,
-            signed=signer is not None,
-        )
+    query, headers = outgoing(
+        shared.access, request, upstream, x.speaker.key_header, signed=signer is not None
     )
+    url = upstream_url(upstream_base(upstream.url, request.method, path), path, None, query)
     for name, value in traced.items():
         headers[name] = value  # in place of any the client sent (every case of its name)
     assert shared.session is not None

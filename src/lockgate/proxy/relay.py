@@ -61,7 +61,7 @@ from .relay_response import (
     item_of,
 )
 from .respond import reject
-from .upstream import UpstreamRuntime, failure_before_answer, upstream_headers, upstream_url
+from .upstream import UpstreamRuntime, failure_before_answer, outgoing, upstream_url
 
 __all__ = ["CLOSE_TIMEOUT_SECONDS", "MAX_QUEUED_RESPONSES", "RelaySocket", "serve"]
 
@@ -124,16 +124,8 @@ async def _connect(
     if upstream.signer is not None:
         message = "a route whose upstream is signed (AWS) relays no WebSocket; use HTTP"
         return reject(flow, x.speaker, 426, message)
-    query = shared.access.upstream_query(request.rel_url, held=upstream.holds_credentials)
+    query, headers = outgoing(shared.access, request, upstream, x.speaker.key_header)
     url = upstream_url(upstream.url, flow.upstream_path, None, query)
-    headers = shared.access.without_token(
-        upstream_headers(
-            request.headers,
-            request.headers.getall("connection", []),
-            key=upstream.key,
-            key_header=upstream.key_header or x.speaker.key_header,
-        )
-    )
     for name in [name for name in headers if name.lower().startswith("sec-websocket-")]:
         headers.popall(name, None)
     protocols = [

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
+from aiohttp import web
 from multidict import CIMultiDict, MultiMapping
 from yarl import URL
 
@@ -27,7 +28,7 @@ from ..cassette.recorder import Exchange
 from ..credentials import Redactor
 from ..gateway import HOP_BY_HOP
 from ..http import describe
-from .access import KEY_HEADERS, TOKEN_HEADER, quoted
+from .access import KEY_HEADERS, TOKEN_HEADER, Access, quoted
 from .config import RouteSettings
 from .engine import forwarded_headers
 from .routes import control_plane_base
@@ -101,6 +102,31 @@ def upstream_url(base: str, path: str, query: Mapping[str, str] | None, raw_quer
     if query is not None:
         raw_query = URL("/").with_query(list(query.items())).raw_query_string
     return URL(base.rstrip("/") + path + (f"?{raw_query}" if raw_query else ""), encoded=True)
+
+
+def outgoing(
+    access: Access,
+    request: web.Request,
+    upstream: UpstreamRuntime,
+    key_header: str,
+    *,
+    signed: bool = False,
+) -> tuple[str, CIMultiDict[str]]:
+    """What of a client's request goes to `upstream`, the one rule of every path that sends
+    one (an attempt, the WebSocket relay): its query, and its headers (`upstream_headers`),
+    this upstream's held credentials in place of the client's (a `key=` in the query too),
+    the client token never, whichever upstream it is."""
+    query = access.upstream_query(request.rel_url, held=upstream.holds_credentials)
+    headers = access.without_token(
+        upstream_headers(
+            request.headers,
+            request.headers.getall("connection", []),
+            key=upstream.key,
+            key_header=upstream.key_header or key_header,
+            signed=signed,
+        )
+    )
+    return query, headers
 
 
 def upstream_headers(
