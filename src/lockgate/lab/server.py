@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsonlimits import parse_json
-from ..scripted.renderer import Renderer, routed
+from ..scripted.renderer import Renderer, WebSocketRenderer, routed
 from ..scripted.reply import OpeningError
 from ..scripted.script import Turn
 from .answers import TurnWriter
 from .answers import reset as _reset
 from .answers import send_json as _send_json
+from .websocket import handshake_problem, serve_websocket
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
@@ -80,6 +81,30 @@ class ScriptedServer:
     # Instead of the next turn in order: the turn for this request (None: none matches,
     # answered 404 and logged, no turn consumed).
     select: Callable[[RecordedRequest], Turn | None] | None = None
+    # Answer a WebSocket upgrade at the protocol's path where the protocol has a WebSocket
+    # mode (`lab.websocket`); False: answer it 426, as a server that speaks HTTP only.
+    websocket: bool = True
+
+    def next_turn(self, request: RecordedRequest) -> Turn | OpeningError:
+        """The turn for a request on a WebSocket (consumed), or the error that answers it
+        (no turn matches, the script ran out)."""
+        if self.select is not None:
+            turn = self.select(request)
+            if turn is None:
+                return OpeningError(
+                    404, "invalid", "no recorded exchange matches this request; not retryable"
+                )
+        elif self.turns:
+            turn = self.turns.pop(0)
+        else:
+            return OpeningError(
+                400,
+                "exhausted",
+                f"the scripted server has no turn left for this request (it answered "
+                f"{self.answered}); not retryable",
+            )
+        self.answered += 1
+        return turn
 
     @property
     def stray_requests(self) -> list[RecordedRequest]:
@@ -163,6 +188,19 @@ class ScriptedServer:
                 return
             self.requests.append(request)
             if asks_websocket(request.headers) and self.protocol.answers(request.path):
+                if self.websocket and isinstance(self.protocol, WebSocketRenderer):
+                    problem = handshake_problem(request.method, request.headers)
+                    if problem is None:
+                        await serve_websocket(self, reader, writer, request, self.protocol)
+                        return
+                    await self._refuse(
+                        writer,
+                        request,
+                        "HTTP 400 (bad WebSocket handshake)",
+                        f"{problem}; answered 400 (no turn consumed)",
+                        OpeningError(400, "invalid", f"bad WebSocket handshake: {problem}"),
+                    )
+                    return
                 await self._refuse(
                     writer,
                     request,
@@ -362,6 +400,7 @@ async def serve_script(
     provider: str | None = None,
     log: Callable[[str], None] | None = None,
     select: Callable[[RecordedRequest], Turn | None] | None = None,
+    websocket: bool = True,
 ) -> AsyncIterator[ScriptedServer]:
     """Run a scripted server speaking `provider`'s protocol on loopback for the duration of
     the block (`select`: see `ScriptedServer.select`)."""
@@ -369,7 +408,13 @@ async def serve_script(
 
     address = check_loopback(host)
     state = ScriptedServer(
-        address, port, list(turns), registry_entry(provider).render(), log=log, select=select
+        address,
+        port,
+        list(turns),
+        registry_entry(provider).render(),
+        log=log,
+        select=select,
+        websocket=websocket,
     )
     server = await asyncio.start_server(state.handle, address, port)
     state.port = server.sockets[0].getsockname()[1]
@@ -401,6 +446,7 @@ class ServerThread:
         provider: str | None = None,
         log: Callable[[str], None] | None = None,
         select: Callable[[RecordedRequest], Turn | None] | None = None,
+        websocket: bool = True,
     ) -> None:
         check_loopback(host)
         self._ready = threading.Event()
@@ -411,7 +457,9 @@ class ServerThread:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            context = serve_script(turns, host, port, provider=provider, log=log, select=select)
+            context = serve_script(
+                turns, host, port, provider=provider, log=log, select=select, websocket=websocket
+            )
             async with context as server:
                 self.server = server
                 self._ready.set()

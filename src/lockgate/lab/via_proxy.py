@@ -86,6 +86,7 @@ def _relay_handshake(headers: Mapping[str, str]) -> bool:
     key = headers.get("sec-websocket-key")
     return "websocket" in upgrade and key is not None and key != _NAIVE_WEBSOCKET_KEY
 
+
 # The naive client's credential: the scripted server takes any, and the proxy passes it on
 # (the same header for every protocol: the naive client knows no provider).
 _HEADERS = {"authorization": f"Bearer {LAB_API_KEY}"}

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..errors import StreamInterrupted
 from ..jsonlimits import too_deep
@@ -34,6 +34,9 @@ from .reply import (
     Say,
     Think,
 )
+
+if TYPE_CHECKING:
+    from .websocket import WebSocketFaults
 
 DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
 GIANT_CHUNK_BYTES = 64 * 1024
@@ -117,6 +120,7 @@ class Turn:
     error: OpeningError | None = None  # a neutral opening error (the protocol writes it)
     playback: tuple[Action, ...] | None = None  # a raw body, sent exactly (see above)
     raw_headers: tuple[tuple[str, str], ...] = ()  # a playback's headers (no framing ones)
+    websocket: WebSocketFaults | None = None  # its faults on a WebSocket (`websocket.py`)
 
     def opening_error(
         self, protocol: Renderer
