@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..jsonlimits import parse_json
 from ..scripted.reply import OpeningError
-from ..scripted.script import Hang, Pause, Turn, fragments
+from ..scripted.script import Hang, Pause, Reset, Turn, fragments
 from ..scripted.websocket import (
     ABRUPT,
     Close,
@@ -289,7 +289,7 @@ async def _answer(
             elif isinstance(action, Close):
                 timeline.append((time.monotonic(), f"close {action.code}"))
                 if action.code == ABRUPT:
-                    reset(socket.writer)
+                    socket.writer.close()  # no close frame: the client sees 1006
                 else:
                     await socket.close(action.code, "scripted close")
                 finished = True  # the fault is the script's own end
@@ -300,6 +300,11 @@ async def _answer(
                 await socket.send(frame_head(TEXT, len(payload)) + payload[: len(payload) // 2])
                 socket.writer.close()
                 finished = True  # the fault is the script's own end
+                return False
+            elif isinstance(action, Reset):
+                timeline.append((time.monotonic(), "reset"))
+                reset(socket.writer)
+                finished = True  # the reset is the script's own end
                 return False
             elif isinstance(action, GiantFrame):
                 await _giant(socket, action.size)

@@ -2,10 +2,11 @@
 one text message, the same `response.*` events the SSE renderer writes without the SSE
 framing, with the turn's faults as socket faults.
 
-The turn's `Faults` map to what a WebSocket can do: `reset_after` drops the TCP connection
-without a close frame (a client sees 1006), `stall_after` is silence, `end: "hang"` silence
-until the client leaves, `keepalive_every` a ping from the server, `giant_frame_bytes` a
-frame announcing that many bytes that never ends, `endless` messages forever,
+The turn's `Faults` map to what a WebSocket can do: `reset_after` resets the TCP connection
+(RST, no close frame: a client sees 1006, and may lose what it had not read yet),
+`stall_after` is silence, `end: "hang"` silence until the client leaves,
+`keepalive_every` a ping from the server, `giant_frame_bytes` a frame announcing that many
+bytes that never ends, `endless` messages forever,
 `fragment_sizes` and `drip_ms` how each frame's bytes are cut into TCP writes. `line_ending`
 and `done_sentinel` are SSE's and have no WebSocket form. `WebSocketFaults` (a turn's
 `websocket`) adds what only a WebSocket has: a close frame with a code mid-response (1011),
@@ -42,7 +43,7 @@ class WebSocketFaults:
     (`after 2` = after the second message)."""
 
     close_after: int | None = None  # a close after N messages, with `close_code`
-    close_code: int = 1011  # 1006: no close frame, the TCP connection dropped
+    close_code: int = 1011  # 1006: no close frame, the TCP connection closed (FIN)
     cut_after: int | None = None  # after N messages: the next one's frame cut, then dropped
     silent_after: int | None = None  # after N messages: nothing more until the client leaves
     pong: bool = True  # False: the client's pings during this turn are never answered
@@ -66,7 +67,8 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Close:
-    """End the socket: a close frame with `code`, or (1006) the TCP connection dropped."""
+    """End the socket: a close frame with `code`, or (1006) the TCP connection closed
+    without a close frame (an orderly FIN: what was sent arrives)."""
 
     code: int
 
@@ -91,7 +93,7 @@ class Ping:
     """A ping from the server (the WebSocket's keep-alive)."""
 
 
-WebSocketAction = Message | Close | CutFrame | GiantFrame | Ping | Pause | Hang
+WebSocketAction = Message | Close | CutFrame | GiantFrame | Ping | Pause | Hang | Reset
 
 
 class _Messages:
@@ -127,7 +129,7 @@ def message_actions(turn: Turn, protocol: Renderer) -> Iterator[WebSocketAction]
             if isinstance(step, bytes):
                 yield from messages.feed(step)
             elif isinstance(step, Reset):
-                yield Close(ABRUPT)
+                yield step
                 return
             else:
                 yield step
@@ -152,7 +154,7 @@ def message_actions(turn: Turn, protocol: Renderer) -> Iterator[WebSocketAction]
         if faults.keepalive_every and number % faults.keepalive_every == 0:
             yield Ping()
         if faults.reset_after == number:
-            yield Close(ABRUPT)
+            yield Reset()
             return
         if faults.stall_after == number:
             yield Pause(faults.stall_seconds)
