@@ -83,8 +83,9 @@ def scenario_named(name: str) -> Scenario:
     return scenario
 
 
-def _proxy_scenario_named(name: str) -> Scenario:
-    """A lab scenario, or (`--via proxy` only) a WebSocket fault (`ws-…`)."""
+def served_scenario(name: str) -> Scenario:
+    """A lab scenario, or a WebSocket fault (`ws-…`: `lab --via proxy` and `serve` play it,
+    on the Responses WebSocket)."""
     from ..lab.via_websocket import WEBSOCKET_FAULTS_BY_NAME
 
     fault = WEBSOCKET_FAULTS_BY_NAME.get(name)
@@ -198,7 +199,7 @@ async def _via_proxy(args: argparse.Namespace, providers: Sequence[str]) -> int:
         raise UsageError(
             f"the proxy does not gate {', '.join(providers)} (it gates {', '.join(every)})"
         )
-    chosen = None if args.scenario is None else _proxy_scenario_named(args.scenario)
+    chosen = None if args.scenario is None else served_scenario(args.scenario)
     runs, skipped = proxy_lab_runs(chosen, gated)
     if not runs:
         where = args.provider if chosen is None else f"{args.provider} through the proxy"
