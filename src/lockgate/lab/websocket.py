@@ -10,7 +10,8 @@ and socket level, where a WebSocket library would not let a frame be cut, a ping
 unanswered or a connection drop without a close frame. A turn's opening error is the
 protocol's wrapped `error` message (`WebSocketRenderer.websocket_error`), a dropped
 connection a TCP reset (1006); an exhausted script answers a 400 error message, as over
-HTTP. Client pings are answered at once (unless the turn says `pong: false`), client
+HTTP; a body that ends cleanly without the response's terminal message is a close with
+1000. Client pings are answered at once (unless the turn says `pong: false`), client
 messages sent ahead wait their turn, a client close is answered with a close.
 """
 
@@ -269,12 +270,14 @@ async def _answer(
     drip = faults.drip_ms / 1000 if faults.drip_ms else 0.0
     socket.pong = (turn.websocket or WebSocketFaults()).pong
     finished = False
+    ended = False  # the last message ended the response
     try:
         for action in message_actions(turn, renderer):
             if socket.gone.is_set():
                 break
             if isinstance(action, Message):
                 await socket.send(encode_frame(TEXT, action.payload), pieces, drip)
+                ended = protocol.ends_response(action.payload)
             elif isinstance(action, Ping):
                 await socket.send(encode_frame(PING, b"lab"))
             elif isinstance(action, Pause):
@@ -312,6 +315,10 @@ async def _answer(
                 return False
         else:
             finished = True
+            if not ended:  # the body ended cleanly mid-response: a clean close
+                timeline.append((time.monotonic(), "close 1000"))
+                await socket.close(1000, "the response's body ended")
+                return False
     finally:
         socket.pong = True
         request.client_closed_early = not finished

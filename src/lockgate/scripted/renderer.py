@@ -132,6 +132,11 @@ class WebSocketRenderer(Protocol):
         """The message that answers a request with an HTTP error (`status`, its body)."""
         ...
 
+    def ends_response(self, message: bytes) -> bool:
+        """Whether a server message ends its response (a body that ends without one is
+        closed with 1000: the WebSocket's clean end mid-response)."""
+        ...
+
 
 @runtime_checkable
 class RoutedRenderer(Protocol):

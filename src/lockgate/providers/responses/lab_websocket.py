@@ -7,15 +7,20 @@ request body's at the top level (`model`, `input`, `tools`, `previous_response_i
 `response` object holding them is taken too); any other message (`response.processed` …)
 asks for none. An HTTP error is one `error` message carrying the `status`, the error body's
 `error` object and the headers the HTTP answer would have had, as OpenAI sends it and as
-Codex reads it (a wrapped error with a non-2xx `status` is that HTTP status to it).
+Codex reads it (a wrapped error with a non-2xx `status` is that HTTP status to it). A
+scripted body that ends without a terminal message (a clean end mid-response) is a close
+with 1000 on the socket (`ends_response`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["CREATE", "request_of", "wrapped_error"]
+from .websocket import TERMINAL_TYPES
+
+__all__ = ["CREATE", "ends_response", "request_of", "wrapped_error"]
 
 CREATE = "response.create"
 
@@ -29,6 +34,16 @@ def request_of(message: object) -> dict[str, Any] | None:
     body.pop("type", None)
     body["stream"] = True  # a response on the socket always streams
     return body
+
+
+def ends_response(message: bytes) -> bool:
+    """Whether a server message ends its response (`response.completed`, `.incomplete`,
+    `.failed`, `error`)."""
+    try:
+        value: Any = json.loads(message)
+    except (ValueError, RecursionError):
+        return False
+    return type(value) is dict and value.get("type") in TERMINAL_TYPES
 
 
 def wrapped_error(

@@ -273,6 +273,9 @@ class ResponsesRenderer(StreamFlagRenderer):
     ) -> dict[str, Any]:
         return lab_websocket.wrapped_error(status, body, headers)
 
+    def ends_response(self, message: bytes) -> bool:
+        return lab_websocket.ends_response(message)
+
     def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
         items = list(request.get("input", []))
         for index, item in enumerate(items):
