@@ -1,23 +1,25 @@
 """`lockgate serve`: a scripted, fault-injecting provider on loopback, in any protocol.
 
-HTTP/1.1 over asyncio streams. Each POST to the protocol's path gets the next scripted turn:
-an HTTP error with its body and headers, a dropped connection, or a chunked body in the
-protocol's media type (`text/event-stream`, or the renderer's own: Bedrock's binary
+HTTP/1.1 over asyncio streams. Each POST to the protocol's path gets the next scripted
+turn: an HTTP error with its body and headers, a dropped connection, or a chunked body in
+the protocol's media type (`text/event-stream`, or the renderer's own: Bedrock's binary
 `application/vnd.amazon.eventstream`) whose faults are real at the byte and socket level
 (fragmentation inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with
 RST, frames that never end). A request that does not ask for a stream gets the protocol's
 JSON response for the same reply, with the same fault (`script.json_answer`: a fault stays
 a fault). Any other method or path is answered 404/405, logged, and consumes no turn; so is
-a request that is not well-formed HTTP/1.1 with a JSON object body (400, logged), and a
-WebSocket upgrade at the protocol's path (426 Upgrade Required, logged: the server speaks
-HTTP only, and a client that tries a WebSocket first, as Codex does, falls back to HTTP at
-once on 426). A script that runs out answers 400 with `x-should-retry: false`, which no SDK
-retries. A playback turn (a recorded exchange, `cassette.faults.playback`) is sent as
-recorded: its status, its headers, its reads as chunks, its pauses, resets and hangs. It
-records what each request carried (never the credential itself) and whether the client
-closed early. How each answer is written is `lab.answers`' (`TurnWriter`), in the wire of
-the request's path (`renderer.routed`: Bedrock's server answers Converse and InvokeModel);
-this module routes requests to turns.
+a request that is not well-formed HTTP/1.1 with a JSON object body (400, logged). A
+WebSocket upgrade at the protocol's path is served by a protocol with a WebSocket mode
+(Responses: `lab.websocket`, each `response.create` on the socket the next turn), and
+otherwise (`websocket=False`, or another protocol) answered 426 Upgrade Required, logged:
+an HTTP-only server, from which a client that tries a WebSocket first, as Codex does, falls
+back to HTTP at once. A script that runs out answers 400 with `x-should-retry: false`,
+which no SDK retries. A playback turn (a recorded exchange, `cassette.faults.playback`) is
+sent as recorded: its status, its headers, its reads as chunks, its pauses, resets and
+hangs. It records what each request carried (never the credential itself) and whether the
+client closed early. How each answer is written is `lab.answers`' (`TurnWriter`), in the
+wire of the request's path (`renderer.routed`: Bedrock's server answers Converse and
+InvokeModel); this module routes requests to turns.
 """
 
 from __future__ import annotations
