@@ -60,7 +60,7 @@ TERMINAL_TYPES = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
 )
 # The proxy's keep-alive interval in the no-pong fault's run (pong due within half of it).
-FAULT_KEEPALIVE_SECONDS = 0.3
+FAULT_KEEPALIVE_SECONDS = 0.5
 _MAX_ANSWER_SECONDS = 10.0
 
 
@@ -186,6 +186,7 @@ class WebSocketFault:
 
     scenario: Scenario
     kind: str
+    because: str  # what the refusal's reason names (the close code, the missing pong)
     keepalive: float | None = None  # the proxy's keep-alive interval for this run
 
 
@@ -209,7 +210,12 @@ def _edit_turn(extra: WebSocketFaults, before_last: int) -> Turn:
 
 
 def _fault(
-    name: str, summary: str, kind: FailureKind, extra: WebSocketFaults, **more: Any
+    name: str,
+    summary: str,
+    kind: FailureKind,
+    because: str,
+    extra: WebSocketFaults,
+    **more: Any,
 ) -> WebSocketFault:
     scenario = Scenario(
         name,
@@ -218,7 +224,7 @@ def _fault(
         lambda: [_edit_turn(extra, 1)],
         protocols=frozenset({"responses"}),
     )
-    return WebSocketFault(scenario, kind.value, **more)
+    return WebSocketFault(scenario, kind.value, because, **more)
 
 
 WEBSOCKET_FAULTS: tuple[WebSocketFault, ...] = (
@@ -226,30 +232,35 @@ WEBSOCKET_FAULTS: tuple[WebSocketFault, ...] = (
         "ws-close-1006",
         "the edit's item done, then the TCP connection closed without a close frame (1006)",
         FailureKind.TRANSPORT,
+        "(1006)",
         WebSocketFaults(close_after=0, close_code=1006),
     ),
     _fault(
         "ws-close-1011",
         "the edit's item done, then a close frame 1011 (internal error) before completed",
         FailureKind.TRANSPORT,
+        "(1011)",
         WebSocketFaults(close_after=0, close_code=1011),
     ),
     _fault(
         "ws-message-cut",
         "the edit's item done, then response.completed's frame cut in half, connection closed",
         FailureKind.TRANSPORT,
+        "(1006)",
         WebSocketFaults(cut_after=0),
     ),
     _fault(
         "ws-silence",
         "the edit's item done, then silence (pings answered): the idle timeout",
         FailureKind.IDLE_TIMEOUT,
+        "no bytes for",
         WebSocketFaults(silent_after=0),
     ),
     _fault(
         "ws-no-pong",
         "the edit's item done, then silence and the proxy's ping never answered",
         FailureKind.TRANSPORT,
+        "pong",
         WebSocketFaults(silent_after=0, pong=False),
         keepalive=FAULT_KEEPALIVE_SECONDS,
     ),
@@ -333,9 +344,12 @@ async def run_via_websocket(scenario: Scenario, provider: str, *, declared: bool
     if fault is not None:
         if direct_tools == 0:
             problems.append("straight from the server the fault executed nothing: not hostile")
-        kinds = [(record.reason or "").partition(":")[0] for record in responses]
+        reasons = [record.reason or "" for record in responses]
+        kinds = [reason.partition(":")[0] for reason in reasons]
         if kinds != [fault.kind]:
             problems.append(f"the relay refused with {kinds}, expected [{fault.kind!r}]")
+        elif fault.because.lower() not in reasons[0].lower():
+            problems.append(f"the relay's reason does not name {fault.because!r}")
     passed = withheld = 0
     for number, (through, plain) in enumerate(zip(via, direct, strict=False), 1):
         record = responses[number - 1] if number <= len(responses) else None
