@@ -12,7 +12,7 @@ from typing import Any
 
 from lockgate.cassette.format import Verdict, load_all
 from lockgate.cassette.recorder import websocket_read
-from lockgate.cassette.serving import exchanges
+from lockgate.cassette.serving import RequestMatcher, exchanges
 from lockgate.lab.scenarios import SCENARIOS_BY_NAME
 from lockgate.lab.server import serve_script
 from lockgate.lab.via_websocket import (
@@ -105,6 +105,11 @@ async def test_serve_plays_recorded_websocket_responses_with_faults_per_message(
         again = await naive_websocket(url, requests[:2], HEADERS, 1.5)
     assert [a.messages for a in again] == [a.messages for a in answers[:2]]
     assert [a.ended for a in again] == ["response.completed"] * 2
+    # `--match request`: each message gets the cassette whose recorded request it is
+    async with serve_script([], provider="responses", select=RequestMatcher(played)) as server:
+        url = f"http://{server.host}:{server.port}/v1/responses"
+        matched = await naive_websocket(url, requests[1::-1], HEADERS, 1.5)
+    assert [a.messages for a in matched] == [a.messages for a in answers[1::-1]]
     # faults address messages: a reset after the third, a clean cut after the fifth
     reset = exchanges(cassettes[:1], ["reset:after=3"])[0].turn
     cut = exchanges(cassettes[:1], ["cut:after=5"])[0].turn

@@ -197,7 +197,9 @@ async def serve_websocket(
     protocol: WebSocketRenderer,
 ) -> None:
     """Answer a valid upgrade `101` and serve the socket until either side ends it. Each
-    message that asks for a response is recorded as a request (method `WS`)."""
+    message that asks for a response is recorded as a request (method `WS`, the message as
+    its body: a cassette's request, recorded by the relay, is the message, and `--match
+    request` compares them)."""
     from .server import RecordedRequest
 
     upgrade.consumed_turn = False
@@ -218,7 +220,9 @@ async def serve_websocket(
                 )
                 continue
             asked = protocol.websocket_request(value)
-            request = RecordedRequest("WS", upgrade.path, dict(upgrade.headers), asked or value)
+            # the message as it came (a cassette's request, recorded by the relay, is the
+            # message: `--match request` compares them)
+            request = RecordedRequest("WS", upgrade.path, dict(upgrade.headers), value)
             server.requests.append(request)
             if asked is None:
                 request.consumed_turn = False
