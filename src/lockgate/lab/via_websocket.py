@@ -62,6 +62,7 @@ TERMINAL_TYPES = frozenset(
 # The proxy's keep-alive interval in the no-pong fault's run (pong due within half of it).
 FAULT_KEEPALIVE_SECONDS = 0.5
 _MAX_ANSWER_SECONDS = 10.0
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024  # a larger message ends the naive client's socket
 
 
 def speaks_websocket(provider: str) -> bool:
@@ -127,7 +128,10 @@ async def naive_websocket(
                 if socket is None or socket.closed:
                     try:
                         socket = await session.ws_connect(
-                            url, headers=dict(headers), max_msg_size=0, autoping=True
+                            url,
+                            headers=dict(headers),
+                            max_msg_size=_MAX_MESSAGE_BYTES,
+                            autoping=True,
                         )
                     except aiohttp.WSServerHandshakeError as exc:
                         answers.append(WebSocketAnswer(exc.status, (), "refused"))
