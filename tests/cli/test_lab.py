@@ -134,7 +134,9 @@ def test_lab_list_names_every_scenario_once_with_its_protocols() -> None:
 def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
     code, stdout, _ = lab("--via", "proxy", "--scenario", "second-call-invalid")
     assert code == 0
-    rows = {(row[0], row[1]): row for row in table_rows(stdout) if len(row) == 11}
+    rows = {
+        (row[0], row[1]): row for row in table_rows(stdout) if len(row) == 11 and row[2] == "as run"
+    }
     gated = ("responses", "chat", "anthropic", "gemini", "bedrock", "bedrock-invoke")
     for provider in gated:
         # naive client, requests, passed, withheld, run executed, expected, naive via proxy,
@@ -144,7 +146,12 @@ def test_lab_via_proxy_prints_its_table_and_exits_zero() -> None:
             *("1", "0", "1", "0", "0", "0", "2"),
             "ok",
         ]
-    assert stdout.splitlines()[-1] == "6 of 6 runs through the proxy as expected"
+    websocket = [row for row in table_rows(stdout) if len(row) == 11 and row[2] == "WebSocket"]
+    # the Responses WebSocket: the naive client executes a call at its output_item.done
+    assert [row[1:] for row in websocket] == [
+        ["responses", "WebSocket", *("1", "0", "1", "0", "0", "0", "2"), "ok"]
+    ]
+    assert stdout.splitlines()[-1] == "7 of 7 runs through the proxy as expected"
 
 
 def test_lab_via_proxy_plays_a_client_that_declares_its_tools_a_second_time() -> None:
@@ -154,13 +161,25 @@ def test_lab_via_proxy_plays_a_client_that_declares_its_tools_a_second_time() ->
     assert [row[1:] for row in rows] == [
         ["responses", "as run", *("1", "0", "1", "0", "0", "0", "1"), "ok"],
         ["responses", "declares its tools", *("1", "1", "0", "0", "1", "1", "1"), "ok"],
+        ["responses", "WebSocket", *("1", "0", "1", "0", "0", "0", "1"), "ok"],
+        [
+            "responses",
+            "WebSocket, declares its tools",
+            *("1", "1", "0", "0", "1", "1", "1"),
+            "ok",
+        ],
     ]
-    assert stdout.splitlines()[-1] == "2 of 2 runs through the proxy as expected"
+    assert stdout.splitlines()[-1] == "4 of 4 runs through the proxy as expected"
     code, stdout, _ = lab("--via", "proxy", "--scenario", "websocket-upgrade", "--json")
     assert code == 0, stdout
-    [record] = json_records(stdout)
-    assert (record["websocket_upgrade"], record["declares_tools"]) == (426, False)
-    assert record["naive_expected_via_proxy"] == record["naive_executed_via_proxy"] == 1
+    # Over HTTP against a server that refuses WebSockets: the 426 fall-back; on the
+    # WebSocket against serve's WebSocket mode: the client stays on it.
+    [fallback, socket] = json_records(stdout)
+    assert (fallback["websocket_upgrade"], fallback["websocket"]) == (426, False)
+    assert (socket["websocket_upgrade"], socket["websocket"]) == (101, True)
+    for record in (fallback, socket):
+        assert record["declares_tools"] is False
+        assert record["naive_expected_via_proxy"] == record["naive_executed_via_proxy"] == 1
 
 
 def test_lab_via_proxy_json_records_and_usage_errors() -> None:

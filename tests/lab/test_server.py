@@ -399,13 +399,18 @@ UPGRADE = {
 
 @pytest.mark.parametrize("provider", list(NAMES))
 async def test_a_websocket_upgrade_is_answered_426_and_takes_no_turn(provider: str) -> None:
-    """The server speaks HTTP only, and says so the way a client that tries a WebSocket
-    first (Codex) falls back at once: 426, never a 405 it would retry."""
+    """A server that speaks HTTP only (every protocol without a WebSocket mode, and
+    Responses with `websocket=False`: `serve --websocket refuse`) says so the way a client
+    that tries a WebSocket first (Codex) falls back at once: 426, never a 405 it would
+    retry."""
     renderer = registry_entry(provider).render()
     path = renderer.path + (f"?{renderer.stream_query}" if renderer.stream_query else "")
     logged: list[str] = []
     turns = [reply_turn(Reply("resp_ws", (Say("ok"),)))]
-    async with serve_script(turns, provider=provider, log=logged.append) as server:
+    refuse = provider == "responses"  # the one protocol with a WebSocket mode
+    async with serve_script(
+        turns, provider=provider, log=logged.append, websocket=not refuse
+    ) as server:
         origin = f"http://{server.host}:{server.port}"
         async with httpx2.AsyncClient(trust_env=False) as http:
             upgrade = await http.get(origin + path, headers=UPGRADE)

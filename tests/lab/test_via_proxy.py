@@ -32,7 +32,8 @@ RUNS, SKIPPED = proxy_lab_runs(None, list(NAMES))
 
 
 def _id(run: ProxyRun) -> str:
-    return f"{run.scenario.name}-{run.provider}" + ("-declared" if run.declared else "")
+    declared = "-declared" if run.declared else ""
+    return f"{run.scenario.name}-{run.provider}{declared}" + ("-ws" if run.websocket else "")
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[_id(run) for run in RUNS])
@@ -40,8 +41,11 @@ async def test_the_naive_client_through_the_proxy_executes_what_lockgate_run_doe
     run: ProxyRun,
 ) -> None:
     scenario = run.scenario
-    result = await run_via_proxy(scenario, run.provider, declared=run.declared)
+    result = await run_via_proxy(
+        scenario, run.provider, declared=run.declared, websocket=run.websocket
+    )
     assert result.problems == ()
+    assert result.websocket == run.websocket
     expected = scenario.other_client.executes if run.declared else result.run_tools
     assert result.naive_tools == result.expected_tools == expected
     assert result.passed + result.withheld <= result.requests
@@ -143,8 +147,13 @@ def test_a_scenario_whose_client_declares_tools_is_played_both_ways() -> None:
         "shell-call",
     }
     for name in declaring_scenarios:
-        plays = [(r.provider, r.declared) for r in RUNS if r.scenario.name == name]
-        assert plays == [("responses", False), ("responses", True)]
+        plays = [(r.provider, r.declared, r.websocket) for r in RUNS if r.scenario.name == name]
+        assert plays == [
+            ("responses", False, False),
+            ("responses", True, False),
+            ("responses", False, True),  # the Responses WebSocket (`via_websocket`)
+            ("responses", True, True),
+        ]
     assert not any(r.declared for r in RUNS if r.scenario.name not in declaring_scenarios)
 
 

@@ -25,6 +25,15 @@ case). Bytes that are not UTF-8 are matched and kept as bytes. The replacement i
 until no secret remains (should a secret overlap `[redacted]` itself, what is left of it is
 removed instead), so the replacement never leaves a secret behind.
 
+A response on a relayed Responses WebSocket (`lockgate proxy --record`, the relay's
+`proxy/relay_response.py`) is one exchange too (`CassetteRecorder.websocket_exchange`):
+method `WS`, the socket's upstream path, the `response.create` body as the request, status
+200 and `content-type: text/event-stream`, and each upstream message of the response one
+read, written as the SSE frame that carries it (`websocket_read`: `event: <type>` and its
+text as `data`), so that a cassette reader, `serve --cassette` (over HTTP or, its WebSocket
+mode, one message per frame again) and the faults (one event per message) take it as they
+take an SSE exchange; a socket that broke before the response's end ends `reset`.
+
 `RecordingTransport` wraps a `Transport` for `lockgate run`: each `open` records one
 exchange. An opened stream is recorded as status 200 with the protocol's stream content type
 (`text/event-stream`, or Bedrock's `application/vnd.amazon.eventstream`: the SDK's response
@@ -42,6 +51,7 @@ written without a verdict.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -82,6 +92,7 @@ __all__ = [
     "check_folder",
     "public_base_url",
     "request_path",
+    "websocket_read",
 ]
 
 _REDACTED = REDACTED.encode()
@@ -352,6 +363,13 @@ class CassetteRecorder:
         scrubber = SecretScrubber((*self.secrets, *extra)) if extra else self._scrubber
         return Exchange(self, scrubber, protocol, base_url, method, path, request, clock)
 
+    def websocket_exchange(self, protocol: str, base_url: str, path: str, request: Any) -> Exchange:
+        """A new exchange for one response on a relayed WebSocket (see the module's
+        docstring): its head is given, its messages go in with `Exchange.message`."""
+        exchange = self.exchange(protocol, base_url, "WS", path, request)
+        exchange.head(200, (("content-type", "text/event-stream"),))
+        return exchange
+
     def write(self, cassette: Cassette, moment: datetime.datetime) -> Path:
         """Save `cassette` under the next free number (CassetteError if it cannot be)."""
         stamp = moment.strftime("%Y%m%dT%H%M%S")
@@ -424,6 +442,10 @@ class Exchange:
             return
         self._times.append(max(0.0, self._now() - self._head_at))
         self._pieces.append(bytes(data))
+
+    def message(self, data: bytes) -> None:
+        """One WebSocket message of the response, recorded as the SSE frame carrying it."""
+        self.read(websocket_read(data))
 
     def end(self, how: Ending) -> None:
         """How the body ended (the first call counts)."""
@@ -507,6 +529,25 @@ class Exchange:
         except Exception as exc:  # a value that cannot be written as JSON, a failed scrub
             self._recorder.errors.append(f"cannot record an exchange: {type(exc).__name__}")
         return None
+
+
+def websocket_read(message: bytes) -> bytes:
+    """A WebSocket text message as the SSE frame that carries it: `event:` its JSON `type`
+    (when it has one), and each of its lines a `data:` line (the SSE reader joins them
+    with LF again)."""
+    kind = None
+    with contextlib.suppress(ValueError, RecursionError):
+        value = json.loads(message)
+        if type(value) is dict and type(value.get("type")) is str:
+            kind = value["type"]
+    lines = message.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    head = (
+        b"" if kind is None or not _EVENT_NAME.fullmatch(kind) else b"event: %s\n" % kind.encode()
+    )
+    return head + b"".join(b"data: %s\n" % line for line in lines) + b"\n"
+
+
+_EVENT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 
 
 class _RecordedStream:

@@ -273,6 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
         "first unused cassette whose request body equals it",
     )
     serve.add_argument("--json", action="store_true", help="with --list: JSON lines")
+    serve.add_argument(
+        "--websocket",
+        choices=("serve", "refuse"),
+        default="serve",
+        help="a WebSocket upgrade at the Responses path: serve the WebSocket mode (default), "
+        "or refuse it with 426 as an HTTP-only server",
+    )
     serve.add_argument("--host", type=_loopback_host, default="127.0.0.1", help="loopback only")
     serve.add_argument("--port", type=_port, default=0, help="port (default 0: an ephemeral port)")
     _add_proxy(commands)

@@ -83,6 +83,15 @@ def scenario_named(name: str) -> Scenario:
     return scenario
 
 
+def served_scenario(name: str) -> Scenario:
+    """A lab scenario, or a WebSocket fault (`ws-…`: `lab --via proxy` and `serve` play it,
+    on the Responses WebSocket)."""
+    from ..lab.via_websocket import WEBSOCKET_FAULTS_BY_NAME
+
+    fault = WEBSOCKET_FAULTS_BY_NAME.get(name)
+    return fault.scenario if fault is not None else scenario_named(name)
+
+
 def list_scenarios(providers: Sequence[str], json_lines: bool) -> int:
     """One line per scenario that runs on any of `providers`: its name, the protocols it
     runs on, the transports, what it must show, and what it plays."""
@@ -149,7 +158,9 @@ def _proxy_table(results: Sequence[ProxyLabResult], out: TextIO) -> None:
 def _naive_client(result: ProxyLabResult) -> str:
     """What the naive client did beyond sending `lockgate run`'s requests."""
     done = []
-    if result.upgrade is not None:
+    if result.websocket:
+        done.append("WebSocket")
+    elif result.upgrade is not None:
         done.append(f"WebSocket first ({result.upgrade})")
     if result.declared:
         done.append("declares its tools")
@@ -162,6 +173,7 @@ def _proxy_record(result: ProxyLabResult) -> dict[str, Any]:
         "scenario": result.scenario.name,
         "provider": result.provider,
         "declares_tools": result.declared,
+        "websocket": result.websocket,
         "websocket_upgrade": result.upgrade,
         "requests": result.requests,
         "passed": result.passed,
@@ -187,7 +199,7 @@ async def _via_proxy(args: argparse.Namespace, providers: Sequence[str]) -> int:
         raise UsageError(
             f"the proxy does not gate {', '.join(providers)} (it gates {', '.join(every)})"
         )
-    chosen = None if args.scenario is None else scenario_named(args.scenario)
+    chosen = None if args.scenario is None else served_scenario(args.scenario)
     runs, skipped = proxy_lab_runs(chosen, gated)
     if not runs:
         where = args.provider if chosen is None else f"{args.provider} through the proxy"
@@ -198,10 +210,15 @@ async def _via_proxy(args: argparse.Namespace, providers: Sequence[str]) -> int:
     for number, run in enumerate(runs, start=1):
         if progress:
             declared = ", tools declared" if run.declared else ""
+            declared += ", WebSocket" if run.websocket else ""
             label = f"{number}/{len(runs)} {run.scenario.name} ({run.provider}{declared})"
             sys.stderr.write(f"\r\x1b[2Klab: {label}")
             sys.stderr.flush()
-        results.append(await run_via_proxy(run.scenario, run.provider, declared=run.declared))
+        results.append(
+            await run_via_proxy(
+                run.scenario, run.provider, declared=run.declared, websocket=run.websocket
+            )
+        )
     if progress:
         sys.stderr.write("\r\x1b[2K")
     failed = [result for result in results if not result.as_expected]

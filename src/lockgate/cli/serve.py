@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from . import process
 from .args import one_line, provider_names
 from .codes import EXIT_OK, UsageError
-from .lab import list_scenarios, scenario_named
+from .lab import list_scenarios, served_scenario
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -103,7 +103,7 @@ async def serve(args: argparse.Namespace) -> int:
         turns = script.turns
         name = one_line(str(args.script))  # a path may hold any byte
     else:
-        scenario = scenario_named(args.scenario)
+        scenario = served_scenario(args.scenario)
         if not scenario.runs_on(provider):
             raise UsageError(f"scenario {scenario.name} does not run on {provider}")
         turns = scenario.turns()
@@ -115,7 +115,13 @@ async def serve(args: argparse.Namespace) -> int:
     with process.interrupt_signal() as interrupted:
         try:
             context = serve_script(
-                turns, args.host, args.port, provider=provider, log=log, select=select
+                turns,
+                args.host,
+                args.port,
+                provider=provider,
+                log=log,
+                select=select,
+                websocket=args.websocket == "serve",
             )
             server = await context.__aenter__()
         except OSError as exc:

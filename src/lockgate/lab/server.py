@@ -1,23 +1,25 @@
 """`lockgate serve`: a scripted, fault-injecting provider on loopback, in any protocol.
 
-HTTP/1.1 over asyncio streams. Each POST to the protocol's path gets the next scripted turn:
-an HTTP error with its body and headers, a dropped connection, or a chunked body in the
-protocol's media type (`text/event-stream`, or the renderer's own: Bedrock's binary
+HTTP/1.1 over asyncio streams. Each POST to the protocol's path gets the next scripted
+turn: an HTTP error with its body and headers, a dropped connection, or a chunked body in
+the protocol's media type (`text/event-stream`, or the renderer's own: Bedrock's binary
 `application/vnd.amazon.eventstream`) whose faults are real at the byte and socket level
 (fragmentation inside UTF-8 characters, CRLF, keep-alives, stalls, slow drips, resets with
 RST, frames that never end). A request that does not ask for a stream gets the protocol's
 JSON response for the same reply, with the same fault (`script.json_answer`: a fault stays
 a fault). Any other method or path is answered 404/405, logged, and consumes no turn; so is
-a request that is not well-formed HTTP/1.1 with a JSON object body (400, logged), and a
-WebSocket upgrade at the protocol's path (426 Upgrade Required, logged: the server speaks
-HTTP only, and a client that tries a WebSocket first, as Codex does, falls back to HTTP at
-once on 426). A script that runs out answers 400 with `x-should-retry: false`, which no SDK
-retries. A playback turn (a recorded exchange, `cassette.faults.playback`) is sent as
-recorded: its status, its headers, its reads as chunks, its pauses, resets and hangs. It
-records what each request carried (never the credential itself) and whether the client
-closed early. How each answer is written is `lab.answers`' (`TurnWriter`), in the wire of
-the request's path (`renderer.routed`: Bedrock's server answers Converse and InvokeModel);
-this module routes requests to turns.
+a request that is not well-formed HTTP/1.1 with a JSON object body (400, logged). A
+WebSocket upgrade at the protocol's path is served by a protocol with a WebSocket mode
+(Responses: `lab.websocket`, each `response.create` on the socket the next turn), and
+otherwise (`websocket=False`, or another protocol) answered 426 Upgrade Required, logged:
+an HTTP-only server, from which a client that tries a WebSocket first, as Codex does, falls
+back to HTTP at once. A script that runs out answers 400 with `x-should-retry: false`,
+which no SDK retries. A playback turn (a recorded exchange, `cassette.faults.playback`) is
+sent as recorded: its status, its headers, its reads as chunks, its pauses, resets and
+hangs. It records what each request carried (never the credential itself) and whether the
+client closed early. How each answer is written is `lab.answers`' (`TurnWriter`), in the
+wire of the request's path (`renderer.routed`: Bedrock's server answers Converse and
+InvokeModel); this module routes requests to turns.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsonlimits import parse_json
-from ..scripted.renderer import Renderer, routed
+from ..scripted.renderer import Renderer, WebSocketRenderer, routed
 from ..scripted.reply import OpeningError
 from ..scripted.script import Turn
 from .answers import TurnWriter
 from .answers import reset as _reset
 from .answers import send_json as _send_json
+from .websocket import handshake_problem, serve_websocket
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
@@ -80,6 +83,30 @@ class ScriptedServer:
     # Instead of the next turn in order: the turn for this request (None: none matches,
     # answered 404 and logged, no turn consumed).
     select: Callable[[RecordedRequest], Turn | None] | None = None
+    # Answer a WebSocket upgrade at the protocol's path where the protocol has a WebSocket
+    # mode (`lab.websocket`); False: answer it 426, as a server that speaks HTTP only.
+    websocket: bool = True
+
+    def next_turn(self, request: RecordedRequest) -> Turn | OpeningError:
+        """The turn for a request on a WebSocket (consumed), or the error that answers it
+        (no turn matches, the script ran out)."""
+        if self.select is not None:
+            turn = self.select(request)
+            if turn is None:
+                return OpeningError(
+                    404, "invalid", "no recorded exchange matches this request; not retryable"
+                )
+        elif self.turns:
+            turn = self.turns.pop(0)
+        else:
+            return OpeningError(
+                400,
+                "exhausted",
+                f"the scripted server has no turn left for this request (it answered "
+                f"{self.answered}); not retryable",
+            )
+        self.answered += 1
+        return turn
 
     @property
     def stray_requests(self) -> list[RecordedRequest]:
@@ -163,6 +190,19 @@ class ScriptedServer:
                 return
             self.requests.append(request)
             if asks_websocket(request.headers) and self.protocol.answers(request.path):
+                if self.websocket and isinstance(self.protocol, WebSocketRenderer):
+                    problem = handshake_problem(request.method, request.headers)
+                    if problem is None:
+                        await serve_websocket(self, reader, writer, request, self.protocol)
+                        return
+                    await self._refuse(
+                        writer,
+                        request,
+                        "HTTP 400 (bad WebSocket handshake)",
+                        f"{problem}; answered 400 (no turn consumed)",
+                        OpeningError(400, "invalid", f"bad WebSocket handshake: {problem}"),
+                    )
+                    return
                 await self._refuse(
                     writer,
                     request,
@@ -362,6 +402,7 @@ async def serve_script(
     provider: str | None = None,
     log: Callable[[str], None] | None = None,
     select: Callable[[RecordedRequest], Turn | None] | None = None,
+    websocket: bool = True,
 ) -> AsyncIterator[ScriptedServer]:
     """Run a scripted server speaking `provider`'s protocol on loopback for the duration of
     the block (`select`: see `ScriptedServer.select`)."""
@@ -369,7 +410,13 @@ async def serve_script(
 
     address = check_loopback(host)
     state = ScriptedServer(
-        address, port, list(turns), registry_entry(provider).render(), log=log, select=select
+        address,
+        port,
+        list(turns),
+        registry_entry(provider).render(),
+        log=log,
+        select=select,
+        websocket=websocket,
     )
     server = await asyncio.start_server(state.handle, address, port)
     state.port = server.sockets[0].getsockname()[1]
@@ -401,6 +448,7 @@ class ServerThread:
         provider: str | None = None,
         log: Callable[[str], None] | None = None,
         select: Callable[[RecordedRequest], Turn | None] | None = None,
+        websocket: bool = True,
     ) -> None:
         check_loopback(host)
         self._ready = threading.Event()
@@ -411,7 +459,9 @@ class ServerThread:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            context = serve_script(turns, host, port, provider=provider, log=log, select=select)
+            context = serve_script(
+                turns, host, port, provider=provider, log=log, select=select, websocket=websocket
+            )
             async with context as server:
                 self.server = server
                 self._ready.set()

@@ -61,6 +61,12 @@ from .naive_eventstream import eventstream_content, eventstream_events
 from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS, runs_on
 from .server import serve_script
+from .via_websocket import (
+    WEBSOCKET_FAULTS,
+    WEBSOCKET_FAULTS_BY_NAME,
+    run_via_websocket,
+    speaks_websocket,
+)
 
 __all__ = [
     "NAIVE_READ_TIMEOUT_SECONDS",
@@ -85,6 +91,7 @@ def _relay_handshake(headers: Mapping[str, str]) -> bool:
     upgrade = headers.get("upgrade", "").lower()
     key = headers.get("sec-websocket-key")
     return "websocket" in upgrade and key is not None and key != _NAIVE_WEBSOCKET_KEY
+
 
 # The naive client's credential: the scripted server takes any, and the proxy passes it on
 # (the same header for every protocol: the naive client knows no provider).
@@ -120,6 +127,7 @@ class ProxyRun:
     scenario: Scenario
     provider: str
     declared: bool = False
+    websocket: bool = False  # over the Responses WebSocket (`via_websocket`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +144,7 @@ class ProxyLabResult:
     declared: bool = False  # the requests declared the other client's tools too
     expected_tools: int = 0  # what the naive client must execute through the proxy
     upgrade: int | None = None  # the status its WebSocket upgrade got through the proxy
+    websocket: bool = False  # the naive client spoke the Responses WebSocket
 
     @property
     def as_expected(self) -> bool:
@@ -175,6 +184,8 @@ def proxy_lab_runs(
     skipped: list[tuple[Scenario, str, str]] = []
     names = with_variants(providers)
     for candidate in scenarios:
+        if candidate.name in WEBSOCKET_FAULTS_BY_NAME:
+            continue  # played below, on the WebSocket only
         for name in names:
             if not runs_on(candidate, name) or lab_entry(name).gateway is None:
                 continue
@@ -185,6 +196,15 @@ def proxy_lab_runs(
             runs.append(ProxyRun(candidate, name))
             if candidate.other_client.declares:
                 runs.append(ProxyRun(candidate, name, declared=True))
+            if speaks_websocket(name):
+                runs.append(ProxyRun(candidate, name, websocket=True))
+                if candidate.other_client.declares:
+                    runs.append(ProxyRun(candidate, name, declared=True, websocket=True))
+    for fault in WEBSOCKET_FAULTS:
+        chosen = scenario is None or scenario.name == fault.scenario.name
+        for name in names:
+            if chosen and fault.scenario.runs_on(name) and speaks_websocket(name):
+                runs.append(ProxyRun(fault.scenario, name, websocket=True))
     return runs, skipped
 
 
@@ -308,11 +328,15 @@ async def _naive(
 
 
 async def run_via_proxy(
-    scenario: Scenario, provider: str, *, declared: bool = False
+    scenario: Scenario, provider: str, *, declared: bool = False, websocket: bool = False
 ) -> ProxyLabResult:
     """Play one scenario three ways (`lockgate run`, naive direct, naive through the proxy)
     and judge what the naive client executed through the proxy (`declared`: its requests
-    declare the scenario's other client's tools too)."""
+    declare the scenario's other client's tools too; `websocket`: the naive client speaks
+    the Responses WebSocket, `via_websocket`)."""
+    if websocket:
+        result: ProxyLabResult = await run_via_websocket(scenario, provider, declared=declared)
+        return result
     from ..proxy import GatingOptions
     from ..proxy.server import ProxyConfig, ProxyRecord, serving
 
@@ -325,7 +349,10 @@ async def run_via_proxy(
     where = renderer.path + (f"?{renderer.stream_query}" if renderer.stream_query else "")
     turns = scenario.turns()
     serving_provider = server_provider(provider)  # a variant's server is its provider's
-    async with serve_script(turns, provider=serving_provider) as server:
+    # A client that asks for a WebSocket first meets a server that speaks HTTP only (426):
+    # the fall-back path (the server's WebSocket mode is `via_websocket`'s).
+    serves_websocket = not websocket_first
+    async with serve_script(turns, provider=serving_provider, websocket=serves_websocket) as server:
         origin = f"http://{server.host}:{server.port}"
         direct = (await _naive(origin + where, requests, websocket_first=websocket_first)).answers
     records: list[ProxyRecord] = []
@@ -335,7 +362,7 @@ async def run_via_proxy(
         keepalive_interval=LAB_DEADLINE_SECONDS,  # no keep-alive within a lab run
         validate_schemas=True,  # `lockgate run` checks its calls against its tools' schemas
     )
-    async with serve_script(turns, provider=serving_provider) as server:
+    async with serve_script(turns, provider=serving_provider, websocket=serves_websocket) as server:
         upstream = f"http://{server.host}:{server.port}"
         config = ProxyConfig(upstream=upstream, gating=gating)
         async with serving(config, records.append) as running:

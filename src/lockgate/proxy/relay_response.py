@@ -19,6 +19,9 @@ response's, never the socket's: the next `response.create` on the socket starts 
   upstream's copy of the refused response must not be continued by id.
 - **The flow** (`/metrics`, the access log): one per response, method `WS`, the socket's
   path and route, status 200 as an HTTP stream's (its refusal is in-band).
+- **The recording** (`--record`): one cassette per response
+  (`CassetteRecorder.websocket_exchange`), each upstream message one read, as it came
+  (redacted).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import aiohttp
 from aiohttp import WSMsgType, web
 from aiohttp.http_websocket import WSMessage, WSMessageTextBytes
 
+from ..cassette.recorder import Exchange
 from ..conversation import ToolSpec
 from ..credentials import Redactor
 from ..providers.base import Provider
@@ -104,7 +108,15 @@ class ResponseBody:
     socket in the engine's own task (`engine.ResumableBody`: a cancelled wait loses nothing,
     the message stays in aiohttp's queue); after its terminal, nothing more is read."""
 
-    __slots__ = ("_ended", "_limit", "_redactor", "_socket", "closed", "limit_message")
+    __slots__ = (
+        "_ended",
+        "_limit",
+        "_redactor",
+        "_socket",
+        "closed",
+        "exchange",
+        "limit_message",
+    )
 
     def __init__(self, socket: UpstreamSocket, limit: int, redactor: Redactor | None) -> None:
         self._socket = socket
@@ -113,6 +125,7 @@ class ResponseBody:
         self._ended = False
         self.closed = False  # the upstream socket ended while it was read
         self.limit_message: bytes | None = None  # the upstream's connection-limit error
+        self.exchange: Exchange | None = None  # the response's recording (`--record`)
 
     async def read_chunk(self) -> bytes:
         if self._ended:
@@ -125,12 +138,16 @@ class ResponseBody:
         if type(item) is bytes:
             if self._redactor is not None:
                 item = self._redactor.redact_bytes(item)
+            if self.exchange is not None:
+                self.exchange.message(item)
             if message_type(item) in TERMINAL_TYPES:
                 self._ended = True  # the response ended: nothing after it is its
                 if is_connection_limit(item):
                     self.limit_message = item
                     return b""
             return unit(item)
+        if self.exchange is not None:
+            self.exchange.end("clean" if isinstance(item, Closed) and item.clean else "reset")
         if isinstance(item, Oversize):
             self._ended = self.closed = True  # aiohttp closes the socket
             return announced(self._limit + 1)
@@ -177,6 +194,7 @@ class RelayedResponse:
         self.flow = flow
         self.body = body
         self.refused = False  # the socket is to be closed after it
+        body.exchange = _recording(shared, entry, request, flow)
 
     async def run(
         self,
@@ -219,6 +237,7 @@ class RelayedResponse:
         finally:
             await _close(pieces)
             flow.judged_stream(stream, left, time.monotonic())
+            _recorded(self.body.exchange, flow)
             if self.body.limit_message is not None and not left:
                 # the upstream's own error, passed as it came: no refusal of lockgate's
                 flow.outcome, flow.kind, flow.verdict = "forwarded", None, None
@@ -247,6 +266,27 @@ class RelayedResponse:
         if self.trace is not None:
             with contextlib.suppress(Exception):
                 self.trace.end(summary(flow, True))
+
+
+def _recording(
+    shared: Shared, entry: Provider, request: Mapping[str, Any], flow: Flow
+) -> Exchange | None:
+    """The response's recording (the route's first upstream serves the socket)."""
+    if shared.recorder is None:
+        return None
+    runtime = next((r for r in shared.routes if r.settings.name == flow.route), None)
+    if runtime is None or not runtime.upstreams:
+        return None
+    url = runtime.upstreams[0].url
+    return shared.recorder.websocket_exchange(entry.name, url, flow.upstream_path, request)
+
+
+def _recorded(exchange: Exchange | None, flow: Flow) -> None:
+    if exchange is not None:
+        if flow.kind in ("idle_timeout", "deadline"):
+            exchange.end("timeout")
+        exchange.decide(flow.verdict)
+        exchange.finish()
 
 
 async def _close(pieces: Any) -> None:

@@ -117,6 +117,28 @@ class FramedRenderer(Protocol):
 
 
 @runtime_checkable
+class WebSocketRenderer(Protocol):
+    """A protocol with a WebSocket mode (the Responses API's): the scripted server answers
+    an upgrade at its path and plays each request message's turn as text messages."""
+
+    def websocket_request(self, message: object) -> dict[str, Any] | None:
+        """The request a client message carries (None: the message asks for no response,
+        such as `response.processed`)."""
+        ...
+
+    def websocket_error(
+        self, status: int, body: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """The message that answers a request with an HTTP error (`status`, its body)."""
+        ...
+
+    def ends_response(self, message: bytes) -> bool:
+        """Whether a server message ends its response (a body that ends without one is
+        closed with 1000: the WebSocket's clean end mid-response)."""
+        ...
+
+
+@runtime_checkable
 class RoutedRenderer(Protocol):
     """A renderer whose server answers more than one wire (Bedrock: Converse, and InvokeModel
     for Anthropic models) names the renderer of each request path (`routed`)."""

@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..errors import StreamInterrupted
 from ..jsonlimits import too_deep
@@ -34,6 +34,9 @@ from .reply import (
     Say,
     Think,
 )
+
+if TYPE_CHECKING:
+    from .websocket import WebSocketFaults
 
 DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
 GIANT_CHUNK_BYTES = 64 * 1024
@@ -117,6 +120,7 @@ class Turn:
     error: OpeningError | None = None  # a neutral opening error (the protocol writes it)
     playback: tuple[Action, ...] | None = None  # a raw body, sent exactly (see above)
     raw_headers: tuple[tuple[str, str], ...] = ()  # a playback's headers (no framing ones)
+    websocket: WebSocketFaults | None = None  # its faults on a WebSocket (`websocket.py`)
 
     def opening_error(
         self, protocol: Renderer
@@ -338,7 +342,8 @@ def load_script(text: str) -> Script:
     A turn is `{"status": 429, "body": {...}, "headers": {...}}`, `{"connection_error":
     true}`, `{"events": [event | {"raw": "..."}, ...], "faults": {...}}` or `{"reply":
     {"id", "text", "reasoning", "refusal", "calls": [{"id", "name", "arguments", "cut"}],
-    "ending", "usage"}, "faults": {...}}`.
+    "ending", "usage"}, "faults": {...}}`; a streaming turn may add `"websocket": {...}`, its
+    faults on a WebSocket (`scripted.websocket.WebSocketFaults`).
     """
     try:
         document = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
@@ -370,7 +375,16 @@ def load_script(text: str) -> Script:
     return Script(provider, [_turn(number, raw) for number, raw in enumerate(raw_turns, 1)])
 
 
-_TURN_KEYS = {"events", "status", "body", "headers", "connection_error", "faults", "reply"}
+_TURN_KEYS = {
+    "events",
+    "status",
+    "body",
+    "headers",
+    "connection_error",
+    "faults",
+    "reply",
+    "websocket",
+}
 _FAULT_KEYS = {f.name for f in fields(Faults)}
 _REPLY_KEYS = {"id", "text", "reasoning", "refusal", "calls", "ending", "usage", "model"}
 _CALL_KEYS = {"id", "name", "arguments", "cut"}
@@ -418,6 +432,7 @@ def _turn(number: int, raw: object) -> Turn:
     except (TypeError, ValueError) as exc:
         raise ScriptError(f"{where}: faults: {exc}") from None
     reply = _reply(where, raw["reply"]) if "reply" in raw else None
+    websocket = _websocket_faults(where, raw["websocket"]) if "websocket" in raw else None
     if reply is not None and events:
         raise ScriptError(f"{where}: give either events or a reply, not both")
     return Turn(
@@ -428,7 +443,21 @@ def _turn(number: int, raw: object) -> Turn:
         connection_error=connection_error,
         faults=faults,
         reply=reply,
+        websocket=websocket,
     )
+
+
+def _websocket_faults(where: str, spec: object) -> WebSocketFaults:
+    """A turn's `websocket` faults (`scripted.websocket.WebSocketFaults`)."""
+    from .websocket import WebSocketFaults
+
+    names = set(WebSocketFaults.__dataclass_fields__)
+    if not isinstance(spec, dict) or set(spec) - names:
+        raise ScriptError(f"{where}: websocket must be an object with keys from {sorted(names)}")
+    try:
+        return WebSocketFaults(**spec)
+    except (TypeError, ValueError) as exc:
+        raise ScriptError(f"{where}: websocket: {exc}") from None
 
 
 def _header_safe(text: str) -> bool:

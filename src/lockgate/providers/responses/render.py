@@ -31,6 +31,7 @@ from ...scripted.reply import (
 )
 from ...scripted.script import Faults, Turn
 from ..openai.render import openai_error_body, openai_reset_headers
+from . import lab_websocket
 from .render_items import STREAMED_CALLS, OutputItemEvents
 from .render_items import reasoning_item as reasoning_item  # re-exported
 
@@ -263,6 +264,17 @@ class ResponsesRenderer(StreamFlagRenderer):
 
     def reset_headers(self, seconds: float) -> dict[str, str]:
         return openai_reset_headers(seconds)
+
+    def websocket_request(self, message: object) -> dict[str, Any] | None:
+        return lab_websocket.request_of(message)
+
+    def websocket_error(
+        self, status: int, body: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> dict[str, Any]:
+        return lab_websocket.wrapped_error(status, body, headers)
+
+    def ends_response(self, message: bytes) -> bool:
+        return lab_websocket.ends_response(message)
 
     def tool_result(self, request: Mapping[str, Any], call_id: str) -> str | None:
         items = list(request.get("input", []))
