@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .outcomes import Terminal
 
 if TYPE_CHECKING:
-    from .wire import Script
+    from .script import Script
 
 __all__ = [
     "bedrock",

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from . import eventstream_wire
@@ -36,6 +35,7 @@ from .eventstream_wire import (
     eventstream_message,
 )
 from .outcomes import Terminal
+from .script import Call, Script
 
 __all__ = [
     "CONTENT_TYPES",
@@ -53,39 +53,8 @@ __all__ = [
     "whole_text",
 ]
 
-_MODEL_FALLBACK = "hostile-model"
 # Where the server waits (`--pause`): right after each call, before whatever follows it.
 PAUSE = b""
-
-
-@dataclass(frozen=True)
-class Call:
-    """One tool call as the server sends it."""
-
-    name: str
-    arguments: str  # JSON text (a function call) or the raw input (a custom tool call)
-    custom: bool = False  # a Responses custom (freeform) tool call
-    namespace: str | None = None  # a Responses namespaced function
-
-    def halves(self) -> tuple[str, str]:
-        middle = max(1, len(self.arguments) // 2)
-        return self.arguments[:middle], self.arguments[middle:]
-
-    def argument_object(self) -> dict[str, Any]:
-        value = json.loads(self.arguments)
-        return value if isinstance(value, dict) else {}
-
-
-@dataclass(frozen=True)
-class Script:
-    """One response: its calls (or a text answer) and how it ends."""
-
-    calls: tuple[Call, ...] = ()
-    text: str | None = None
-    cut: bool = False  # end inside the last call's arguments (nothing after them)
-    terminal: Terminal = Terminal.SUCCESS
-    model: str = _MODEL_FALLBACK
-    fault: str | None = None  # an event-stream fault (`bedrock` only): "bad-crc", "cut-in-frame"
 
 
 def _json(value: object) -> bytes:

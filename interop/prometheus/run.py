@@ -56,7 +56,8 @@ import aiohttp
 from tests.ops.deploy import RULES, Query, alert_rules, concrete, dashboard_queries, lowered
 from tests.proxy.support import request_for
 
-from lockgate.lab.server import RecordedRequest, ServerThread
+from lockgate.lab.recorded import RecordedRequest
+from lockgate.lab.server import ServerThread
 from lockgate.scripted.reply import Call, OpeningError, Reply, Say
 from lockgate.scripted.script import Turn
 

@@ -23,7 +23,8 @@ import pytest
 if TYPE_CHECKING:
     from .cassette.faults import Fault
     from .cassette.serving import Exchange
-    from .lab.server import RecordedRequest, ServerThread
+    from .lab.recorded import RecordedRequest
+    from .lab.server import ServerThread
 
 __all__ = ["CassetteServer", "lockgate_cassette"]
 

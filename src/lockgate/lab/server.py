@@ -40,6 +40,7 @@ from ..scripted.script import Turn
 from .answers import TurnWriter
 from .answers import reset as _reset
 from .answers import send_json as _send_json
+from .recorded import RecordedRequest
 from .websocket import handshake_problem, serve_websocket
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
@@ -49,20 +50,6 @@ MAX_REQUEST_DEPTH = 64  # JSON nesting of a request body
 
 class BadRequest(Exception):
     """A request this server cannot take: answered 400, logged, no turn consumed."""
-
-
-@dataclass(slots=True)
-class RecordedRequest:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    received_at: float = field(default_factory=time.monotonic)  # when the request was read
-    outcome: str = ""  # what the server answered: stream, json, HTTP status, dropped
-    client_closed_early: bool = False
-    consumed_turn: bool = True  # False: not the protocol's POST path (404/405)
-    # (monotonic time, what happened): "stall", "hang", "client closed", "finished"
-    timeline: list[tuple[float, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -55,12 +55,13 @@ from ..events import ToolCallStarted
 from ..eventstream import MEDIA_TYPE as EVENTSTREAM_MEDIA_TYPE
 from ..providers.variants import lab_entry, server_provider, with_variants
 from ..scripted.renderer import SSE_MEDIA_TYPE, media_type
-from ..scripted.scenario import OtherClient, Scenario
+from ..scripted.scenario import Scenario
 from ..sse import ServerSentEvent, SSEDecoder, SSEFramer, canonical_frame
 from .naive_eventstream import eventstream_content, eventstream_events
-from .runner import LAB_API_KEY, LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
+from .runner import LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS, runs_on
 from .server import serve_script
+from .via_common import NAIVE_HEADERS, NAIVE_READ_TIMEOUT_SECONDS, ProxyLabResult, declaring
 from .via_websocket import (
     WEBSOCKET_FAULTS,
     WEBSOCKET_FAULTS_BY_NAME,
@@ -93,12 +94,6 @@ def _relay_handshake(headers: Mapping[str, str]) -> bool:
     return "websocket" in upgrade and key is not None and key != _NAIVE_WEBSOCKET_KEY
 
 
-# The naive client's credential: the scripted server takes any, and the proxy passes it on
-# (the same header for every protocol: the naive client knows no provider).
-_HEADERS = {"authorization": f"Bearer {LAB_API_KEY}"}
-
-# The naive client's own silence limit (longer than the proxy's: the proxy decides first).
-NAIVE_READ_TIMEOUT_SECONDS = 1.5
 # The WebSocket opening handshake's headers (RFC 6455 4.1; the key is any 16 bytes, base64).
 _UPGRADE = {
     "connection": "Upgrade",
@@ -128,27 +123,6 @@ class ProxyRun:
     provider: str
     declared: bool = False
     websocket: bool = False  # over the Responses WebSocket (`via_websocket`)
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyLabResult:
-    scenario: Scenario
-    provider: str
-    run_tools: int  # the tools `lockgate run` executed
-    naive_tools: int  # the calls the naive client saw (and executed) through the proxy
-    direct_tools: int  # the calls it would have executed without the proxy
-    requests: int
-    passed: int  # answers the proxy passed unchanged
-    withheld: int  # answers the proxy ended with its error
-    problems: tuple[str, ...]
-    declared: bool = False  # the requests declared the other client's tools too
-    expected_tools: int = 0  # what the naive client must execute through the proxy
-    upgrade: int | None = None  # the status its WebSocket upgrade got through the proxy
-    websocket: bool = False  # the naive client spoke the Responses WebSocket
-
-    @property
-    def as_expected(self) -> bool:
-        return not self.problems
 
 
 def skip_reason(scenario: Scenario) -> str | None:
@@ -206,20 +180,6 @@ def proxy_lab_runs(
             if chosen and fault.scenario.runs_on(name) and speaks_websocket(name):
                 runs.append(ProxyRun(fault.scenario, name, websocket=True))
     return runs, skipped
-
-
-def declaring(request: Mapping[str, Any], other: OtherClient) -> dict[str, Any]:
-    """`request` with the other client's tools declared too: at the start of its `input`
-    in an `additional_tools` item (`in_input`, Codex's way), else after its `tools`."""
-    body = dict(request)
-    if other.in_input:
-        item = {"type": "additional_tools", "role": "developer", "tools": list(other.declares)}
-        items = body.get("input")
-        body["input"] = [item, *(items if isinstance(items, list) else [])]
-    else:
-        tools = body.get("tools")
-        body["tools"] = [*(tools if isinstance(tools, list) else []), *other.declares]
-    return body
 
 
 def calls_seen(provider: str, body: bytes) -> int:
@@ -308,7 +268,7 @@ async def _naive(
     async with httpx2.AsyncClient(timeout=timeout, trust_env=False) as http:
         if websocket_first:
             try:
-                response = await http.get(url, headers={**_HEADERS, **_UPGRADE})
+                response = await http.get(url, headers={**NAIVE_HEADERS, **_UPGRADE})
                 upgrade = response.status_code
             except httpx2.HTTPError:
                 upgrade = 0  # no answer at all
@@ -317,7 +277,9 @@ async def _naive(
             status = 0
             ended = "end"
             try:
-                async with http.stream("POST", url, json=dict(body), headers=_HEADERS) as response:
+                async with http.stream(
+                    "POST", url, json=dict(body), headers=NAIVE_HEADERS
+                ) as response:
                     status = response.status_code
                     async for piece in response.aiter_raw():
                         received += piece

@@ -39,6 +39,7 @@ from ..scripted.renderer import WebSocketRenderer
 from ..scripted.scenario import Scenario, failure
 from ..scripted.script import Faults, Turn
 from ..scripted.websocket import Message, WebSocketFaults, message_actions
+from .via_common import NAIVE_HEADERS, NAIVE_READ_TIMEOUT_SECONDS, ProxyLabResult, declaring
 
 __all__ = [
     "EXECUTED_ITEMS",
@@ -298,7 +299,6 @@ async def run_via_websocket(scenario: Scenario, provider: str, *, declared: bool
     from ..proxy.server import ProxyConfig, ProxyRecord, serving
     from .runner import LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
     from .server import serve_script
-    from .via_proxy import _HEADERS, NAIVE_READ_TIMEOUT_SECONDS, ProxyLabResult, declaring
 
     fault = WEBSOCKET_FAULTS_BY_NAME.get(scenario.name)
     other = scenario.other_client
@@ -314,7 +314,7 @@ async def run_via_websocket(scenario: Scenario, provider: str, *, declared: bool
     turns = scenario.turns()
     async with serve_script(turns, provider=provider) as server:
         url = f"http://{server.host}:{server.port}{path}"
-        direct = await naive_websocket(url, requests, _HEADERS, NAIVE_READ_TIMEOUT_SECONDS)
+        direct = await naive_websocket(url, requests, NAIVE_HEADERS, NAIVE_READ_TIMEOUT_SECONDS)
     records: list[ProxyRecord] = []
     keepalive = fault.keepalive if fault is not None and fault.keepalive else None
     gating = GatingOptions(
@@ -327,7 +327,7 @@ async def run_via_websocket(scenario: Scenario, provider: str, *, declared: bool
         config = ProxyConfig(upstream=f"http://{server.host}:{server.port}", gating=gating)
         async with serving(config, records.append) as running:
             via = await naive_websocket(
-                running.url + path, requests, _HEADERS, NAIVE_READ_TIMEOUT_SECONDS
+                running.url + path, requests, NAIVE_HEADERS, NAIVE_READ_TIMEOUT_SECONDS
             )
         await server.settle()
     for _ in range(50):  # a response's log line may follow its last message

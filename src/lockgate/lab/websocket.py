@@ -24,7 +24,7 @@ import hashlib
 import json
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..jsonlimits import parse_json
 from ..scripted.reply import OpeningError
@@ -40,12 +40,25 @@ from ..scripted.websocket import (
     message_actions,
 )
 from .answers import reset
+from .recorded import RecordedRequest
 
 if TYPE_CHECKING:
     from ..scripted.renderer import Renderer, WebSocketRenderer
-    from .server import RecordedRequest, ScriptedServer
+    from ..scripted.script import Turn
 
-__all__ = ["accept_key", "encode_frame", "handshake_problem", "serve_websocket"]
+__all__ = ["SocketServer", "accept_key", "encode_frame", "handshake_problem", "serve_websocket"]
+
+
+class SocketServer(Protocol):
+    """What a socket takes of the scripted server (`server.ScriptedServer`): its protocol,
+    where requests are recorded, the next turn for one, and the event a silence sets."""
+
+    protocol: Renderer
+    requests: list[RecordedRequest]
+    paused: asyncio.Event
+
+    def next_turn(self, request: RecordedRequest) -> Turn | OpeningError: ...
+
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 TEXT, BINARY, CONTINUATION, CLOSE, PING, PONG = 0x1, 0x2, 0x0, 0x8, 0x9, 0xA
@@ -190,7 +203,7 @@ def _message(value: dict[str, Any]) -> bytes:
 
 
 async def serve_websocket(
-    server: ScriptedServer,
+    server: SocketServer,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     upgrade: RecordedRequest,
@@ -200,7 +213,6 @@ async def serve_websocket(
     message that asks for a response is recorded as a request (method `WS`, the message as
     its body: a cassette's request, recorded by the relay, is the message, and `--match
     request` compares them)."""
-    from .server import RecordedRequest
 
     upgrade.consumed_turn = False
     upgrade.outcome = "WebSocket (101)"
@@ -247,7 +259,7 @@ async def serve_websocket(
 
 
 async def _answer(
-    server: ScriptedServer,
+    server: SocketServer,
     socket: _Socket,
     turn: Turn,
     request: RecordedRequest,

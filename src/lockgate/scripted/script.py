@@ -16,7 +16,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 from ..errors import StreamInterrupted
 from ..jsonlimits import too_deep
@@ -34,9 +34,6 @@ from .reply import (
     Say,
     Think,
 )
-
-if TYPE_CHECKING:
-    from .websocket import WebSocketFaults
 
 DEFAULT_FRAGMENTS = (1, 7, 3, 29, 64, 5, 256)
 GIANT_CHUNK_BYTES = 64 * 1024
@@ -100,6 +97,27 @@ class Faults:
             raise ValueError(f"stall_seconds must be between 0 and {MAX_STALL_SECONDS:g}")
         if type(self.done_sentinel) is not bool:
             raise ValueError("done_sentinel must be true or false")
+
+
+@dataclass(frozen=True, slots=True)
+class WebSocketFaults:
+    """What a turn does on a WebSocket beyond its `Faults`. Message counts are 1-based
+    (`after 2` = after the second message)."""
+
+    close_after: int | None = None  # a close after N messages, with `close_code`
+    close_code: int = 1011  # 1006: no close frame, the TCP connection closed (FIN)
+    cut_after: int | None = None  # after N messages: the next one's frame cut, then dropped
+    silent_after: int | None = None  # after N messages: nothing more until the client leaves
+    pong: bool = True  # False: the client's pings during this turn are never answered
+
+    def __post_init__(self) -> None:
+        for name in ("close_after", "cut_after", "silent_after"):
+            value = getattr(self, name)
+            if value is not None:
+                _whole(value, name)
+        _whole(self.close_code, "close_code", 1000, 4999)
+        if type(self.pong) is not bool:
+            raise ValueError("pong must be true or false")
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +361,7 @@ def load_script(text: str) -> Script:
     true}`, `{"events": [event | {"raw": "..."}, ...], "faults": {...}}` or `{"reply":
     {"id", "text", "reasoning", "refusal", "calls": [{"id", "name", "arguments", "cut"}],
     "ending", "usage"}, "faults": {...}}`; a streaming turn may add `"websocket": {...}`, its
-    faults on a WebSocket (`scripted.websocket.WebSocketFaults`).
+    faults on a WebSocket (`WebSocketFaults`).
     """
     try:
         document = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
@@ -448,9 +466,7 @@ def _turn(number: int, raw: object) -> Turn:
 
 
 def _websocket_faults(where: str, spec: object) -> WebSocketFaults:
-    """A turn's `websocket` faults (`scripted.websocket.WebSocketFaults`)."""
-    from .websocket import WebSocketFaults
-
+    """A turn's `websocket` faults (`WebSocketFaults`)."""
     names = set(WebSocketFaults.__dataclass_fields__)
     if not isinstance(spec, dict) or set(spec) - names:
         raise ScriptError(f"{where}: websocket must be an object with keys from {sorted(names)}")
@@ -529,6 +545,7 @@ __all__ = [
     "Script",
     "ScriptError",
     "Turn",
+    "WebSocketFaults",
     "body_actions",
     "fragments",
     "json_answer",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..sse import SSEDecoder
 from .renderer import Renderer
-from .script import Hang, Pause, Reset, Turn, _whole
+from .script import Hang, Pause, Reset, Turn, WebSocketFaults
 
 __all__ = [
     "Close",
@@ -35,27 +35,6 @@ __all__ = [
 ]
 
 ABRUPT = 1006  # no close frame: the TCP connection is dropped (RFC 6455 7.1.5)
-
-
-@dataclass(frozen=True, slots=True)
-class WebSocketFaults:
-    """What a turn does on a WebSocket beyond its `Faults`. Message counts are 1-based
-    (`after 2` = after the second message)."""
-
-    close_after: int | None = None  # a close after N messages, with `close_code`
-    close_code: int = 1011  # 1006: no close frame, the TCP connection closed (FIN)
-    cut_after: int | None = None  # after N messages: the next one's frame cut, then dropped
-    silent_after: int | None = None  # after N messages: nothing more until the client leaves
-    pong: bool = True  # False: the client's pings during this turn are never answered
-
-    def __post_init__(self) -> None:
-        for name in ("close_after", "cut_after", "silent_after"):
-            value = getattr(self, name)
-            if value is not None:
-                _whole(value, name)
-        _whole(self.close_code, "close_code", 1000, 4999)
-        if type(self.pong) is not bool:
-            raise ValueError("pong must be true or false")
 
 
 @dataclass(frozen=True, slots=True)
