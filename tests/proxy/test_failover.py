@@ -238,7 +238,7 @@ async def test_a_retry_after_delays_only_its_own_upstream() -> None:
 async def test_a_silent_opening_moves_to_the_fallback_within_the_first_byte_timeout() -> None:
     hits: list[float] = []
     async with (
-        serve_app(_silent(5.0, hits)) as silent,
+        serve_app(_silent(2.0, hits)) as silent,
         serve_script([ACCEPTED], provider="chat") as backup,
     ):
         route = _route(
@@ -282,7 +282,7 @@ async def test_a_first_token_too_late_is_retried_unseen_on_the_fallback() -> Non
 
 async def test_the_route_deadline_bounds_every_attempt() -> None:
     hits: list[float] = []
-    async with serve_app(_silent(10.0, hits)) as silent:
+    async with serve_app(_silent(2.5, hits)) as silent:
         route = _route(
             silent,
             retries=RouteRetries(5, 5.0),
@@ -464,7 +464,7 @@ async def test_a_keepalive_commits_the_head_and_a_later_failure_ends_it_in_band(
     # (which the SDKs raise), never a second status line or a clean empty end.
     hits: list[float] = []
     async with (
-        serve_app(_silent(3.0, hits)) as silent,
+        serve_app(_silent(2.0, hits)) as silent,
         serve_script([DOWN, DOWN, DOWN], provider="chat") as down,
     ):
         route = _route(
