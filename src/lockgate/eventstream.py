@@ -50,7 +50,7 @@ from __future__ import annotations
 import struct
 import uuid
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 __all__ = [
@@ -140,10 +140,12 @@ class Header:
 
 @dataclass(frozen=True, slots=True)
 class EventMessage:
-    """One decoded message: its headers in order, and its payload."""
+    """One decoded message: its headers in order, and its payload; `raw`, when it was
+    decoded, its bytes as they came (CRCs checked: what `encode_message` would write)."""
 
     headers: tuple[Header, ...]
     payload: bytes
+    raw: bytes = field(default=b"", compare=False, repr=False)
 
     def header(self, name: str) -> HeaderValue | None:
         """The value of the header `name`, or None when the message has none."""
@@ -161,7 +163,7 @@ class EventMessage:
         return None
 
 
-def _crc(data: bytes | bytearray, start: int = 0) -> int:
+def _crc(data: bytes | bytearray | memoryview, start: int = 0) -> int:
     return zlib.crc32(data, start) & 0xFFFFFFFF
 
 
@@ -350,10 +352,11 @@ class EventStreamDecoder:
 
     def _message(self, buffer: bytearray, position: int, total: int) -> EventMessage:
         end = position + total - 4
-        message = bytes(buffer[position:end])  # one copy per message
-        (crc,) = _U32.unpack_from(buffer, end)
+        raw = bytes(buffer[position : end + 4])  # one copy per message
+        message = memoryview(raw)[: total - 4]
+        (crc,) = _U32.unpack_from(raw, total - 4)
         if _crc(message) != crc:
             raise EventStreamCorrupt("the message CRC does not match")
-        (head,) = _U32.unpack_from(message, 4)
-        headers = _parse_headers(message[PRELUDE_BYTES : PRELUDE_BYTES + head])
-        return EventMessage(headers, message[PRELUDE_BYTES + head :])
+        (head,) = _U32.unpack_from(raw, 4)
+        headers = _parse_headers(bytes(message[PRELUDE_BYTES : PRELUDE_BYTES + head]))
+        return EventMessage(headers, raw[PRELUDE_BYTES + head : total - 4], raw)

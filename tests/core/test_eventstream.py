@@ -92,6 +92,17 @@ def test_re_encoding_is_byte_for_byte(messages: list[EventMessage]) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(MESSAGES)
+def test_each_decoded_message_keeps_its_bytes_as_they_came(messages: list[EventMessage]) -> None:
+    body = _encode(messages)
+    for cut in (0, len(body) // 3, len(body) // 2):
+        decoded = _decode([body[:cut], body[cut:]])
+        assert b"".join(message.raw for message in decoded) == body
+        for message in decoded:
+            assert message.raw == encode_message(message.headers, message.payload)
+
+
+@settings(max_examples=60, deadline=None)
+@given(MESSAGES)
 def test_every_truncation_is_an_error_at_the_end(messages: list[EventMessage]) -> None:
     body = _encode(messages)
     boundaries = set()

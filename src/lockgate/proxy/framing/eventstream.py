@@ -8,12 +8,12 @@ What a message *means* is the protocol's, not the wire's: the gateway says it th
 without one cannot be framed so (TypeError when the framing is made, never a branch in a
 stage).
 
-- **In**: each complete message is one frame; `RawFrame.raw` is the message's bytes (the
-  codec's encoder is deterministic, so the message decoded and encoded again is byte for
-  byte the one that came: `encode` sends it so). A bad CRC, a malformed prelude or headers,
-  a message over the bound refuse the stream (the mapping's `failure_of`); a body that
-  ends inside a message sets `cut` and refuses it as `stream_ended` in `finish` (with the
-  wire's own words; the judge's own cut check then never runs).
+- **In**: each complete message is one frame; `RawFrame.raw` is the message's bytes as they
+  came (the decoder keeps them, CRCs checked: no encoding again), and `encode` sends it
+  so. A bad CRC, a malformed prelude or headers, a message over the bound refuse the
+  stream (the mapping's `failure_of`); a body that ends inside a message sets `cut` and
+  refuses it as `stream_ended` in `finish` (with the wire's own words; the judge's own cut
+  check then never runs).
 - **Out**: a frame as it came; a rewritten event (none today: the Bedrock decoder rewrites
   nothing) as a new message with new CRCs; the refusal = the gateway's refusal events as
   messages (Bedrock: an `exception` message, on which botocore's `EventStream` raises
@@ -100,7 +100,11 @@ class EventStreamFraming:
             raise self._mapping.failure_of(error) from None
         as_event = self._mapping.as_event
         return [
-            RawFrame(encode_message(message.headers, message.payload), as_event(message), False)
+            RawFrame(
+                message.raw or encode_message(message.headers, message.payload),
+                as_event(message),
+                False,
+            )
             for message in messages
         ]
 
