@@ -156,6 +156,16 @@ def test_a_context_window_goes_only_to_the_context_fallbacks() -> None:
     assert bare.peek("context_window") is None  # none named: the 400 is the answer
 
 
+def test_only_a_retry_on_the_same_upstream_waits() -> None:
+    from lockgate.proxy.attempt import pause_before
+    from lockgate.proxy.failover import Step
+
+    moved, same = Step(1, None, False, 0), Step(0, None, True, 1)
+    assert pause_before(moved, 30.0) == 0.0  # a server's wait delays only its own upstream
+    assert pause_before(same, 30.0) == 30.0
+    assert 0.0 < pause_before(same, None) <= 8.0  # the back-off
+
+
 def test_silence_with_no_other_upstream_retries_the_same_one() -> None:
     text = "routes:\n  - {name: r, upstream: 'http://x', retries: {attempts: 1}}\n"
     plan = FailoverPlan(_settings(text), None)
@@ -224,13 +234,12 @@ async def test_a_retry_after_delays_only_its_own_upstream() -> None:
     ):
         route = _route(origin(primary), UpstreamSettings(origin(backup)))
         async with _proxy(route) as (url, records):
-            started = time.monotonic()
             status, body = await _post(url)
-            took = time.monotonic() - started
     assert status == 200
     assert b'"edit"' in body
     assert (len(primary.requests), len(backup.requests)) == (1, 1)
-    assert took < 5.0  # not the 30 s the primary asked for
+    # the move to another upstream waits nothing (the 30 s asked for delay only the primary)
+    assert [a.retried for a in records[0].attempts] == ["status_429", None]
     [record] = records
     assert record.upstream == record.attempts[-1].upstream != record.attempts[0].upstream
 
@@ -247,13 +256,10 @@ async def test_a_silent_opening_moves_to_the_fallback_within_the_first_byte_time
             gating=gating(first_byte_timeout=0.5, keepalive_interval=0.2),
         )
         async with _proxy(route) as (url, records):
-            started = time.monotonic()
             status, body = await _post(url)
-            took = time.monotonic() - started
     assert status == 200
     assert b'"edit"' in body
     assert len(hits) == 1  # silence: never the same upstream again
-    assert took < 3.0
     assert body.startswith(b": ")  # the client's read timeout was kept from firing
     assert [a.retried for a in records[0].attempts] == ["no_answer", None]
 
@@ -289,11 +295,8 @@ async def test_the_route_deadline_bounds_every_attempt() -> None:
             gating=gating(idle_timeout=0.6, deadline=1.5),
         )
         async with _proxy(route) as (url, records):
-            started = time.monotonic()
             status, _ = await _post(url)
-            took = time.monotonic() - started
-    assert took < 2.5  # 1.5 s deadline over the attempts, not 6 x 0.6 s of silence
-    assert 1 <= len(hits) <= 3
+    assert 1 <= len(hits) <= 3  # the 1.5 s deadline over the attempts, not 6 x 0.6 s of silence
     assert status == 504  # no answer within what the deadline left
     assert records[0].outcome == "error"
     assert len(records[0].attempts) == len(hits)

@@ -94,7 +94,7 @@ from .upstream import (
 )
 from .whole import read_whole
 
-__all__ = ["OFFLOAD_BYTES", "attempts", "mode", "retryable"]
+__all__ = ["OFFLOAD_BYTES", "attempts", "mode", "pause_before", "retryable"]
 
 T = TypeVar("T")
 
@@ -167,11 +167,11 @@ def retryable(
     step = x.plan.peek(trouble)
     if step is None:
         return False
-    pause = _pause_before(step, x, wait)
+    pause = pause_before(step, wait)
     return time.monotonic() + pause < x.deadline_at
 
 
-def _pause_before(step: Step, x: ProxyExchange, wait: float | None) -> float:
+def pause_before(step: Step, wait: float | None) -> float:
     """The wait before `step`: the back-off (or the server's longer wait) before trying the
     same upstream again; none before another upstream."""
     if not step.same:
@@ -226,7 +226,7 @@ async def attempts(x: ProxyExchange, shared: Shared) -> web.StreamResponse:
             following = plan.next(trouble)
             assert following is not None  # `retryable` said there is one
             x.attempt += 1
-            pause = min(_pause_before(following, x, retry.wait), x.deadline_at - time.monotonic())
+            pause = min(pause_before(following, retry.wait), x.deadline_at - time.monotonic())
             await _paced(x, asyncio.sleep(max(0.0, pause)))
             step = following
             continue
