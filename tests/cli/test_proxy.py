@@ -96,6 +96,14 @@ BAD = {
         "lockgate proxy: error: argument --hold: invalid choice: 'never' (choose from 'tools', "
         "'terminal', 'all') (see lockgate proxy --help)"
     ),
+    ("proxy", "--upstream", "https://api.example", "--first-byte-timeout", "0"): (
+        "lockgate proxy: error: argument --first-byte-timeout: must be a positive number of "
+        "seconds (see lockgate proxy --help)"
+    ),
+    ("proxy", "--upstream", "https://api.example", "--websocket", "bogus"): (
+        "lockgate proxy: error: argument --websocket: invalid choice: 'bogus' (choose from "
+        "'relay', 'refuse') (see lockgate proxy --help)"
+    ),
     ("proxy", "--upstream", "https://api.example", "--idle-timeout", "0"): (
         "lockgate proxy: error: argument --idle-timeout: must be a positive number of seconds "
         "(see lockgate proxy --help)"

@@ -193,6 +193,7 @@ def test_silence_with_no_other_upstream_retries_the_same_one() -> None:
         ),
         ("    first_byte_timeout: 0\n", "c.yaml:4: routes[0].first_byte_timeout: must be"),
         ("    hold: everything\n", "c.yaml:4: routes[0].hold: must be one of tools, terminal, all"),
+        ("    websocket: maybe\n", "c.yaml:4: routes[0].websocket: must be one of relay, refuse"),
     ],
 )
 def test_each_new_key_says_what_is_wrong(text: str, message: str) -> None:

@@ -4,14 +4,20 @@ result, and a request with the other client's tools declared too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..scripted.scenario import OtherClient, Scenario
 from .runner import LAB_API_KEY
 
-__all__ = ["NAIVE_HEADERS", "NAIVE_READ_TIMEOUT_SECONDS", "ProxyLabResult", "declaring"]
+__all__ = [
+    "NAIVE_HEADERS",
+    "NAIVE_READ_TIMEOUT_SECONDS",
+    "ProxyLabResult",
+    "declaring",
+    "tally",
+]
 
 # The naive client's credential: the scripted server takes any, and the proxy passes it on
 # (the same header for every protocol: the naive client knows no provider).
@@ -54,3 +60,33 @@ def declaring(request: Mapping[str, Any], other: OtherClient) -> dict[str, Any]:
         tools = body.get("tools")
         body["tools"] = [*(tools if isinstance(tools, list) else []), *other.declares]
     return body
+
+
+A = TypeVar("A")
+
+
+def tally(
+    outcomes: Sequence[str],
+    via: Sequence[A],
+    direct: Sequence[A],
+    same: Callable[[A, A], bool],
+    requests: int,
+    problems: list[str],
+    noun: str = "answer",
+    compared: str = "the bytes",
+) -> tuple[int, int]:
+    """The answers the proxy passed and withheld (by the log's `outcomes`, in order); each
+    one passed must be what the naive client got directly (`same`), and there must be one
+    answer a request: what is not is added to `problems`."""
+    passed = withheld = 0
+    for number, (through, plain) in enumerate(zip(via, direct, strict=False), 1):
+        outcome = outcomes[number - 1] if number <= len(outcomes) else "unlogged"
+        if outcome == "passed":
+            passed += 1
+            if not same(through, plain):
+                problems.append(f"{noun} {number}: passed, but not {compared} sent directly")
+        elif outcome in ("withheld", "refused"):
+            withheld += 1
+    if len(via) != requests:
+        problems.append(f"{len(via)} answers to {requests} requests")
+    return passed, withheld

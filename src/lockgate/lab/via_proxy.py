@@ -61,7 +61,13 @@ from .naive_eventstream import eventstream_content, eventstream_events
 from .runner import LAB_DEADLINE_SECONDS, LAB_IDLE_TIMEOUT_SECONDS, run_scenario
 from .scenarios import SCENARIOS, runs_on
 from .server import serve_script
-from .via_common import NAIVE_HEADERS, NAIVE_READ_TIMEOUT_SECONDS, ProxyLabResult, declaring
+from .via_common import (
+    NAIVE_HEADERS,
+    NAIVE_READ_TIMEOUT_SECONDS,
+    ProxyLabResult,
+    declaring,
+    tally,
+)
 from .via_websocket import (
     WEBSOCKET_FAULTS,
     WEBSOCKET_FAULTS_BY_NAME,
@@ -361,22 +367,17 @@ async def run_via_proxy(
         )
     if websocket_first and passed_on:
         problems.append("the WebSocket upgrade reached the server through the proxy")
-    passed = withheld = 0
-    # The answers' log lines (the upgrade's, a GET, is not an answer to a request).
-    outcomes = [record.outcome for record in records if record.method == "POST"]
-    for number, (through, plain) in enumerate(zip(via, direct, strict=False), 1):
-        outcome = outcomes[number - 1] if number <= len(outcomes) else "unlogged"
-        if outcome == "passed":
-            passed += 1
-            if (through.status, _content(provider, through.body)) != (
-                plain.status,
-                _content(provider, plain.body),
-            ):
-                problems.append(f"answer {number}: passed, but not the bytes sent directly")
-        elif outcome in ("withheld", "refused"):
-            withheld += 1
-    if len(via) != len(requests):
-        problems.append(f"{len(via)} answers to {len(requests)} requests")
+    passed, withheld = tally(
+        [record.outcome for record in records if record.method == "POST"],
+        via,
+        direct,
+        lambda through, plain: (
+            (through.status, _content(provider, through.body))
+            == (plain.status, _content(provider, plain.body))
+        ),
+        len(requests),
+        problems,
+    )
     return ProxyLabResult(
         scenario=scenario,
         provider=provider,

@@ -39,7 +39,13 @@ from ..scripted.renderer import WebSocketRenderer
 from ..scripted.scenario import Scenario, failure
 from ..scripted.script import Faults, Turn
 from ..scripted.websocket import Message, WebSocketFaults, message_actions
-from .via_common import NAIVE_HEADERS, NAIVE_READ_TIMEOUT_SECONDS, ProxyLabResult, declaring
+from .via_common import (
+    NAIVE_HEADERS,
+    NAIVE_READ_TIMEOUT_SECONDS,
+    ProxyLabResult,
+    declaring,
+    tally,
+)
 
 __all__ = [
     "EXECUTED_ITEMS",
@@ -354,18 +360,16 @@ async def run_via_websocket(scenario: Scenario, provider: str, *, declared: bool
             problems.append(f"the relay refused with {kinds}, expected [{fault.kind!r}]")
         elif fault.because.lower() not in reasons[0].lower():
             problems.append(f"the relay's reason does not name {fault.because!r}")
-    passed = withheld = 0
-    for number, (through, plain) in enumerate(zip(via, direct, strict=False), 1):
-        record = responses[number - 1] if number <= len(responses) else None
-        outcome = record.outcome if record is not None else "unlogged"
-        if outcome == "passed":
-            passed += 1
-            if _parsed(through.messages) != _parsed(plain.messages):
-                problems.append(f"response {number}: passed, but not the messages sent directly")
-        elif outcome in ("withheld", "refused"):
-            withheld += 1
-    if len(via) != len(requests):
-        problems.append(f"{len(via)} answers to {len(requests)} requests")
+    passed, withheld = tally(
+        [record.outcome for record in responses],
+        via,
+        direct,
+        lambda through, plain: _parsed(through.messages) == _parsed(plain.messages),
+        len(requests),
+        problems,
+        "response",
+        "the messages",
+    )
     return ProxyLabResult(
         scenario=scenario,
         provider=provider,
