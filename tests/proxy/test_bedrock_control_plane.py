@@ -42,7 +42,6 @@ from lockgate.proxy.settings import (
     UpstreamSettings,
 )
 from lockgate.proxy.sigv4 import AwsSigner, service_for
-from lockgate.proxy.upstream import upstream_base
 
 from .support import request_for, tool_events
 from .test_bedrock_sigv4 import ACCESS, REGION, SECRET, SESSION, TOKEN, verify
@@ -184,7 +183,7 @@ async def test_a_held_bedrock_api_key_goes_with_the_look_ups() -> None:
 
 def test_the_look_ups_go_to_the_control_planes_host() -> None:
     runtime = "https://bedrock-runtime.eu-west-1.amazonaws.com"
-    assert upstream_base(runtime, "GET", "/inference-profiles") == (
+    assert control_plane_base(runtime, "GET", "/inference-profiles") == (
         "https://bedrock.eu-west-1.amazonaws.com"
     )
     fips = "https://bedrock-runtime-fips.us-gov-west-1.amazonaws.com"
@@ -192,13 +191,13 @@ def test_the_look_ups_go_to_the_control_planes_host() -> None:
         "https://bedrock-fips.us-gov-west-1.amazonaws.com"
     )
     # Model requests, writes, other hosts: unchanged.
-    assert upstream_base(runtime, "POST", "/model/m/invoke") == runtime
-    assert upstream_base(runtime, "POST", "/inference-profiles") == runtime
-    assert upstream_base("http://127.0.0.1:9", "GET", "/inference-profiles") == (
+    assert control_plane_base(runtime, "POST", "/model/m/invoke") == runtime
+    assert control_plane_base(runtime, "POST", "/inference-profiles") == runtime
+    assert control_plane_base("http://127.0.0.1:9", "GET", "/inference-profiles") == (
         "http://127.0.0.1:9"
     )
     mantle = "https://bedrock-mantle.us-east-1.api.aws"
-    assert upstream_base(mantle, "GET", "/inference-profiles") == mantle
+    assert control_plane_base(mantle, "GET", "/inference-profiles") == mantle
 
 
 def test_the_held_key_goes_with_look_ups_only() -> None:

@@ -77,6 +77,7 @@ from .respond import (
     unjudged,
     whole,
 )
+from .routes import control_plane_base
 from .sigv4 import aws_path, fold_repeated
 from .upstream import (
     ResumableUpstreamBody,
@@ -89,7 +90,6 @@ from .upstream import (
     finish,
     outgoing,
     transfer_coding_problem,
-    upstream_base,
     upstream_url,
 )
 from .whole import read_whole
@@ -470,7 +470,7 @@ async def _open(
     query, headers = outgoing(
         shared.access, request, upstream, x.speaker.key_header, signed=signer is not None
     )
-    url = upstream_url(upstream_base(upstream.url, request.method, path), path, None, query)
+    url = upstream_url(control_plane_base(upstream.url, request.method, path), path, None, query)
     for name, value in traced.items():
         headers[name] = value  # in place of any the client sent (every case of its name)
     assert shared.session is not None

@@ -31,7 +31,6 @@ from ..http import describe
 from .access import KEY_HEADERS, TOKEN_HEADER, Access, quoted
 from .config import RouteSettings
 from .engine import forwarded_headers
-from .routes import control_plane_base
 from .sigv4 import AWS_CLIENT_HEADERS, AwsSigner
 
 __all__ = [
@@ -49,7 +48,6 @@ __all__ = [
     "open_session",
     "route_runtime",
     "transfer_coding_problem",
-    "upstream_base",
     "upstream_headers",
     "upstream_name",
     "upstream_timeout",
@@ -86,14 +84,6 @@ def open_session(max_streams: int, idle_timeout: float) -> aiohttp.ClientSession
         trust_env=False,
         cookie_jar=aiohttp.DummyCookieJar(),
     )
-
-
-def upstream_base(base: str, method: str, path: str) -> str:
-    """The base URL a request (its path as sent upstream) goes to: `base`, or for a
-    control-plane read a protocol's clients send to their model base URL its own host
-    (`routes.control_plane_base`: Bedrock's `GET /inference-profiles…` to
-    `bedrock.{region}.amazonaws.com` for an upstream at `bedrock-runtime.{region}…`)."""
-    return control_plane_base(base, method, path)
 
 
 def upstream_url(base: str, path: str, query: Mapping[str, str] | None, raw_query: str) -> URL:
